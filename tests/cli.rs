@@ -1,0 +1,80 @@
+//! The binary's dispatch by name: symlinks, `talosbox <applet>`, unknown names, links.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_talosbox"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("talosbox-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+#[test]
+fn talosctl_symlink_shows_talosctl_help() {
+    let dir = scratch("symlink");
+    let link = dir.join("talosctl");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let out = Command::new(&link).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let help = text(&out);
+    assert!(help.contains("Usage: talosctl"), "{help}");
+    assert!(help.contains("version"), "{help}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn talosbox_talosctl_version_equals_symlinked_talosctl_version() {
+    let via_arg = Command::new(bin()).args(["talosctl", "version", "--client"]).output().unwrap();
+    let dir = scratch("version");
+    let link = dir.join("talosctl");
+    std::os::unix::fs::symlink(bin(), &link).unwrap();
+    let via_link = Command::new(&link).args(["version", "--client"]).output().unwrap();
+    assert!(via_arg.status.success() && via_link.status.success());
+    assert_eq!(via_arg.stdout, via_link.stdout);
+    assert!(text(&via_arg).contains(concat!("Tag:         v", env!("CARGO_PKG_VERSION"))), "{}", text(&via_arg));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn unknown_name_lists_valid_ones_and_exits_2() {
+    let out = Command::new(bin()).arg("nosuch").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let msg = text(&out);
+    for name in ["init", "machined", "apid", "trustd", "talosctl", "imager", "operator"] {
+        assert!(msg.contains(name), "{name} missing from {msg}");
+    }
+}
+
+#[test]
+fn version_flag_prints_version_and_commit() {
+    let out = Command::new(bin()).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    let msg = text(&out);
+    assert!(msg.starts_with(concat!("talosbox v", env!("CARGO_PKG_VERSION"), " (commit ")), "{msg}");
+}
+
+#[test]
+fn install_links_makes_working_symlinks() {
+    let dir = scratch("links");
+    let out = Command::new(bin()).arg("install-links").arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let talosctl = dir.join("talosctl");
+    assert_eq!(std::fs::read_link(&talosctl).unwrap(), bin().canonicalize().unwrap());
+    // Running it twice replaces the links rather than failing.
+    let again = Command::new(bin()).arg("install-links").arg(&dir).output().unwrap();
+    assert!(again.status.success(), "{}", text(&again));
+    let out = Command::new(&talosctl).args(["version", "--short"]).output().unwrap();
+    assert!(text(&out).contains("Client v"), "{}", text(&out));
+    let missing = Command::new(bin()).arg("install-links").output().unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(dir);
+}
