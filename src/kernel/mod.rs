@@ -7,6 +7,7 @@
 //! panic on a runtime path: PID 1 calls into it.
 
 pub mod cmdline;
+pub mod modules;
 
 use std::path::Path;
 

@@ -1,0 +1,669 @@
+//! Kernel module loading for the initramfs: which modules to load and in what order, and the
+//! `finit_module` calls that load them.
+//!
+//! The pure part reads kmod's text indexes (`modules.dep`, `modules.alias`, `modules.builtin`),
+//! matches device modaliases against alias globs, and turns "these modules are wanted" into a load
+//! order where every dependency comes first and each module appears once. The effectful part reads
+//! modaliases from sysfs and loads `.ko` files. It never shells out to `modprobe`, never unloads a
+//! module, and never guesses at a module it cannot find in the index.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Where the initramfs lists the modules it always loads, one name per line, in order.
+pub const FIXED_LIST: &str = "/etc/talosbox/modules";
+
+/// Errors reading module indexes or loading modules; each names the file or module.
+#[derive(Debug, thiserror::Error)]
+pub enum ModuleError {
+    #[error("reading {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}: malformed line {text:?}", path.display())]
+    Malformed { path: PathBuf, line: usize, text: String },
+    #[error("module {name} is not in {}", dep_file.display())]
+    Unknown { name: String, dep_file: PathBuf },
+    #[error("module {name}: dependency cycle through {via}")]
+    Cycle { name: String, via: String },
+    #[error("opening module {name} at {}: {source}", path.display())]
+    Open { name: String, path: PathBuf, source: std::io::Error },
+    #[error("loading module {name} from {}: {source}", path.display())]
+    Load { name: String, path: PathBuf, source: std::io::Error },
+}
+
+/// A module as `modules.dep` describes it: its file (relative to the modules directory) and
+/// the modules it needs, by normalized name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleEntry {
+    pub name: String,
+    pub path: PathBuf,
+    pub deps: Vec<String>,
+}
+
+/// The module indexes of one kernel's module directory.
+#[derive(Debug, Clone, Default)]
+pub struct ModuleIndex {
+    /// The module directory the paths are relative to (for messages and loading).
+    pub dir: PathBuf,
+    modules: BTreeMap<String, ModuleEntry>,
+    aliases: Vec<(String, String)>,
+    builtin: BTreeSet<String>,
+}
+
+/// Kernel module names treat `-` and `_` alike; the kernel reports `_`.
+pub fn normalize(name: &str) -> String {
+    name.trim().replace('-', "_")
+}
+
+/// The module name a `.ko` path stands for (`kernel/drivers/net/virtio_net.ko.xz` → `virtio_net`).
+pub fn name_of_path(path: &str) -> Option<String> {
+    let file = path.rsplit('/').next()?;
+    let stem = [".ko", ".ko.xz", ".ko.gz", ".ko.zst"].iter().find_map(|ext| file.strip_suffix(ext))?;
+    (!stem.is_empty()).then(|| normalize(stem))
+}
+
+impl ModuleIndex {
+    /// Reads `modules.dep`, `modules.alias` and (if present) `modules.builtin` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self, ModuleError> {
+        let read = |name: &str, required: bool| -> Result<String, ModuleError> {
+            let path = dir.join(name);
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Ok(text),
+                Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+                Err(source) => Err(ModuleError::Read { path, source }),
+            }
+        };
+        let dep = read("modules.dep", true)?;
+        let alias = read("modules.alias", false)?;
+        let builtin = read("modules.builtin", false)?;
+        let mut index = Self::parse(dir, &dep, &alias, &builtin)?;
+        index.dir = dir.to_path_buf();
+        Ok(index)
+    }
+
+    /// Parses the three index texts; `dir` only names files in error messages.
+    pub fn parse(dir: &Path, dep: &str, alias: &str, builtin: &str) -> Result<Self, ModuleError> {
+        let malformed = |file: &str, line: usize, text: &str| ModuleError::Malformed {
+            path: dir.join(file),
+            line,
+            text: text.into(),
+        };
+        let mut modules = BTreeMap::new();
+        for (i, raw) in dep.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (path, deps) = line.split_once(':').ok_or_else(|| malformed("modules.dep", i + 1, raw))?;
+            let name = name_of_path(path.trim()).ok_or_else(|| malformed("modules.dep", i + 1, raw))?;
+            let deps = deps
+                .split_whitespace()
+                .map(|d| name_of_path(d).ok_or_else(|| malformed("modules.dep", i + 1, raw)))
+                .collect::<Result<Vec<_>, _>>()?;
+            modules.insert(name.clone(), ModuleEntry { name, path: PathBuf::from(path.trim()), deps });
+        }
+        let mut aliases = Vec::new();
+        for (i, raw) in alias.lines().enumerate() {
+            let line = raw.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next(), words.next()) {
+                (Some("alias"), Some(pattern), Some(module), None) => {
+                    aliases.push((pattern.to_string(), normalize(module)));
+                }
+                _ => return Err(malformed("modules.alias", i + 1, raw)),
+            }
+        }
+        let builtin = builtin.lines().filter_map(|l| name_of_path(l.trim())).collect();
+        Ok(Self { dir: dir.to_path_buf(), modules, aliases, builtin })
+    }
+
+    /// The entry for a module, by any spelling of its name.
+    pub fn get(&self, name: &str) -> Option<&ModuleEntry> {
+        self.modules.get(&normalize(name))
+    }
+
+    /// Whether the module is compiled into the kernel (nothing to load).
+    pub fn is_builtin(&self, name: &str) -> bool {
+        self.builtin.contains(&normalize(name))
+    }
+
+    /// Modules whose alias pattern matches `modalias`, in index order, each once.
+    pub fn match_alias(&self, modalias: &str) -> Vec<&str> {
+        let mut seen = BTreeSet::new();
+        self.aliases
+            .iter()
+            .filter(|(pattern, _)| glob_match(pattern.as_bytes(), modalias.as_bytes()))
+            .map(|(_, module)| module.as_str())
+            .filter(|m| seen.insert(*m))
+            .collect()
+    }
+
+    /// The load order for `wanted`: dependencies before dependents, each module once, wanted
+    /// modules in the order given. Built-in modules are dropped; a name not in the index is an error.
+    pub fn closure(&self, wanted: &[String]) -> Result<Vec<&ModuleEntry>, ModuleError> {
+        let mut order = Vec::new();
+        let mut done = BTreeSet::new();
+        for name in wanted {
+            let name = normalize(name);
+            if self.is_builtin(&name) && !self.modules.contains_key(&name) {
+                continue;
+            }
+            self.visit(&name, &mut Vec::new(), &mut done, &mut order)?;
+        }
+        Ok(order)
+    }
+
+    fn visit<'a>(
+        &'a self,
+        name: &str,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        order: &mut Vec<&'a ModuleEntry>,
+    ) -> Result<(), ModuleError> {
+        if done.contains(name) {
+            return Ok(());
+        }
+        if stack.iter().any(|s| s == name) {
+            return Err(ModuleError::Cycle { name: name.to_string(), via: stack.join(" -> ") });
+        }
+        let entry = self
+            .modules
+            .get(name)
+            .ok_or_else(|| ModuleError::Unknown { name: name.to_string(), dep_file: self.dir.join("modules.dep") })?;
+        stack.push(name.to_string());
+        // modules.dep lists a module's dependencies with the ones to load last first (modprobe
+        // walks the list backwards), so walk it backwards too.
+        for dep in entry.deps.iter().rev() {
+            self.visit(dep, stack, done, order)?;
+        }
+        stack.pop();
+        done.insert(name.to_string());
+        order.push(entry);
+        Ok(())
+    }
+}
+
+/// Reads the fixed module list: one name per line, `#` comments and blank lines ignored.
+pub fn parse_fixed_list(text: &str) -> Vec<String> {
+    text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).map(normalize).collect()
+}
+
+/// What one round of loading should do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanStep {
+    pub name: String,
+    pub path: PathBuf,
+    /// On the fixed list or needed by a module on it: failing to load it fails the boot.
+    pub required: bool,
+}
+
+/// Chooses the modules of one loading round: the fixed list (on the first round) and every
+/// module a modalias matches, with their dependencies, minus modules already attempted. Names
+/// that cannot be resolved are returned apart: a fixed-list name there is the caller's error.
+pub fn plan(
+    index: &ModuleIndex,
+    fixed: &[String],
+    modaliases: &[String],
+    attempted: &BTreeSet<String>,
+) -> (Vec<PlanStep>, Vec<String>) {
+    let mut missing = Vec::new();
+    let mut steps: Vec<PlanStep> = Vec::new();
+    let mut required = BTreeSet::new();
+    for name in fixed {
+        match index.closure(std::slice::from_ref(name)) {
+            Ok(entries) => required.extend(entries.iter().map(|e| e.name.clone())),
+            Err(_) => missing.push(name.clone()),
+        }
+    }
+    let mut wanted: Vec<String> = fixed.iter().filter(|n| !missing.contains(n)).cloned().collect();
+    for alias in modaliases {
+        for module in index.match_alias(alias) {
+            if !wanted.iter().any(|w| w == module) {
+                wanted.push(module.to_string());
+            }
+        }
+    }
+    for name in wanted {
+        // Alias matches may name modules this image does not carry; they are simply not wanted.
+        let Ok(entries) = index.closure(std::slice::from_ref(&name)) else { continue };
+        for entry in entries {
+            if attempted.contains(&entry.name) || steps.iter().any(|s| s.name == entry.name) {
+                continue;
+            }
+            steps.push(PlanStep {
+                name: entry.name.clone(),
+                path: entry.path.clone(),
+                required: required.contains(&entry.name),
+            });
+        }
+    }
+    (steps, missing)
+}
+
+/// fnmatch(3) without flags, as kmod matches aliases: `*` any run, `?` one byte, `[...]` a set
+/// with ranges and `!`/`^` negation, `\` escapes; everything else literal.
+pub fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0usize, 0usize);
+    // Where to resume after the last `*`: pattern index after it, and text index it covers up to.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        let step = match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p + 1, t));
+                p += 1;
+                continue;
+            }
+            Some(b'?') => Some(p + 1),
+            Some(b'[') => match match_class(pattern, p, text[t]) {
+                Some((true, next)) => Some(next),
+                Some((false, _)) => None,
+                // An unclosed `[` is a literal.
+                None => (text[t] == b'[').then_some(p + 1),
+            },
+            Some(b'\\') if p + 1 < pattern.len() => (pattern[p + 1] == text[t]).then_some(p + 2),
+            Some(&c) => (c == text[t]).then_some(p + 1),
+            None => None,
+        };
+        match (step, star) {
+            (Some(next), _) => {
+                p = next;
+                t += 1;
+            }
+            (None, Some((sp, st))) => {
+                p = sp;
+                t = st + 1;
+                star = Some((sp, st + 1));
+            }
+            (None, None) => return false,
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&c| c == b'*')
+}
+
+/// Matches `c` against the bracket expression starting at `pattern[start] == b'['`. Returns
+/// whether it matched and the index after the closing `]`, or `None` if there is no closing `]`.
+fn match_class(pattern: &[u8], start: usize, c: u8) -> Option<(bool, usize)> {
+    let mut i = start + 1;
+    let negate = matches!(pattern.get(i), Some(b'!') | Some(b'^'));
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    loop {
+        let lo = *pattern.get(i)?;
+        if lo == b']' && !first {
+            return Some((matched != negate, i + 1));
+        }
+        first = false;
+        let (lo, after) = if lo == b'\\' { (*pattern.get(i + 1)?, i + 2) } else { (lo, i + 1) };
+        if pattern.get(after) == Some(&b'-') && pattern.get(after + 1).is_some_and(|&h| h != b']') {
+            let hi = *pattern.get(after + 1)?;
+            matched |= lo <= c && c <= hi;
+            i = after + 2;
+        } else {
+            matched |= lo == c;
+            i = after;
+        }
+    }
+}
+
+/// Reads every `/sys/bus/*/devices/*/modalias` under `sys_bus` (normally `/sys/bus`), sorted.
+/// Unreadable entries are skipped: devices come and go while we look.
+pub fn read_modaliases(sys_bus: &Path) -> Vec<String> {
+    let mut out = BTreeSet::new();
+    let Ok(buses) = std::fs::read_dir(sys_bus) else { return Vec::new() };
+    for bus in buses.flatten() {
+        let Ok(devices) = std::fs::read_dir(bus.path().join("devices")) else { continue };
+        for dev in devices.flatten() {
+            if let Ok(text) = std::fs::read_to_string(dev.path().join("modalias")) {
+                let alias = text.trim();
+                if !alias.is_empty() {
+                    out.insert(alias.to_string());
+                }
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// How loading one module went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadOutcome {
+    Loaded,
+    AlreadyLoaded,
+}
+
+/// Loads one module file with `finit_module` (no parameters). `EEXIST` means it was already in.
+pub fn load_module(dir: &Path, name: &str, rel_path: &Path) -> Result<LoadOutcome, ModuleError> {
+    let path = dir.join(rel_path);
+    let file = std::fs::File::open(&path).map_err(|source| ModuleError::Open {
+        name: name.to_string(),
+        path: path.clone(),
+        source,
+    })?;
+    match rustix::system::finit_module(&file, c"", 0) {
+        Ok(()) => Ok(LoadOutcome::Loaded),
+        Err(rustix::io::Errno::EXIST) => Ok(LoadOutcome::AlreadyLoaded),
+        Err(e) => Err(ModuleError::Load { name: name.to_string(), path, source: e.into() }),
+    }
+}
+
+/// What [`load_all`] reports as it goes, for the console.
+#[derive(Debug)]
+pub enum LoadEvent<'a> {
+    Loaded { name: &'a str, outcome: LoadOutcome },
+    Skipped { name: &'a str, error: &'a ModuleError },
+}
+
+/// Summary of a [`load_all`] run.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct LoadSummary {
+    pub loaded: usize,
+    pub already: usize,
+    pub skipped: usize,
+    pub rounds: usize,
+}
+
+/// Most rounds of "load, then look for newly appeared devices" before giving up on quiet.
+const MAX_ROUNDS: usize = 8;
+
+/// Loads the fixed list and every module matching a device's modalias, with dependencies, in
+/// order; then looks again, since loaded drivers (virtio_pci) reveal new devices (virtio_net), and
+/// repeats until nothing new turns up. A fixed-list module that fails is an error; others are
+/// reported and skipped.
+pub fn load_all(
+    index: &ModuleIndex,
+    fixed: &[String],
+    sys_bus: &Path,
+    mut report: impl FnMut(LoadEvent<'_>),
+) -> Result<LoadSummary, ModuleError> {
+    let mut attempted = BTreeSet::new();
+    let mut summary = LoadSummary::default();
+    let mut fixed_pending = fixed;
+    while summary.rounds < MAX_ROUNDS {
+        let aliases = read_modaliases(sys_bus);
+        let (steps, missing) = plan(index, fixed_pending, &aliases, &attempted);
+        if let Some(name) = missing.into_iter().next() {
+            return Err(ModuleError::Unknown { name, dep_file: index.dir.join("modules.dep") });
+        }
+        fixed_pending = &[];
+        if steps.is_empty() {
+            break;
+        }
+        summary.rounds += 1;
+        for step in steps {
+            attempted.insert(step.name.clone());
+            match load_module(&index.dir, &step.name, &step.path) {
+                Ok(outcome) => {
+                    match outcome {
+                        LoadOutcome::Loaded => summary.loaded += 1,
+                        LoadOutcome::AlreadyLoaded => summary.already += 1,
+                    }
+                    report(LoadEvent::Loaded { name: &step.name, outcome });
+                }
+                Err(e) if step.required => return Err(e),
+                Err(e) => {
+                    summary.skipped += 1;
+                    report(LoadEvent::Skipped { name: &step.name, error: &e });
+                }
+            }
+        }
+    }
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEP: &str = "\
+kernel/drivers/virtio/virtio.ko:
+kernel/drivers/virtio/virtio_ring.ko:
+kernel/drivers/virtio/virtio_pci_modern_dev.ko:
+kernel/drivers/virtio/virtio_pci_legacy_dev.ko:
+kernel/drivers/virtio/virtio_pci.ko: kernel/drivers/virtio/virtio_pci_legacy_dev.ko kernel/drivers/virtio/virtio_pci_modern_dev.ko kernel/drivers/virtio/virtio_ring.ko kernel/drivers/virtio/virtio.ko
+kernel/net/core/failover.ko:
+kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko
+kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/char/hw_random/virtio-rng.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/fs/squashfs/squashfs.ko:
+kernel/drivers/block/loop.ko:
+kernel/drivers/md/dm-mod.ko.xz:
+kernel/drivers/md/dm-crypt.ko.xz: kernel/drivers/md/dm-mod.ko.xz
+";
+    const ALIAS: &str = "\
+# Aliases extracted from modules themselves.
+alias pci:v00001AF4d*sv*sd*bc*sc*i* virtio_pci
+alias virtio:d00000001v* virtio_net
+alias virtio:d00000004v* virtio_rng
+alias virtio:d0000000[2-3]v* virtio_blk
+alias fs-squashfs squashfs
+alias devname:loop-control loop
+alias net-pf-99 not_in_this_image
+";
+    const BUILTIN: &str = "kernel/fs/ext4/ext4.ko\nkernel/drivers/nvme/host/nvme.ko\n";
+
+    fn index() -> ModuleIndex {
+        ModuleIndex::parse(Path::new("/lib/modules/test"), DEP, ALIAS, BUILTIN).expect("test index parses")
+    }
+
+    fn names(entries: &[&ModuleEntry]) -> Vec<String> {
+        entries.iter().map(|e| e.name.clone()).collect()
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn names_of_paths() {
+        let cases = [
+            ("kernel/drivers/net/virtio_net.ko", Some("virtio_net")),
+            ("kernel/drivers/char/hw_random/virtio-rng.ko", Some("virtio_rng")),
+            ("kernel/drivers/md/dm-mod.ko.xz", Some("dm_mod")),
+            ("x.ko.zst", Some("x")),
+            ("x.ko.gz", Some("x")),
+            ("kernel/readme.txt", None),
+            (".ko", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(name_of_path(path).as_deref(), want, "path {path}");
+        }
+    }
+
+    #[test]
+    fn globs() {
+        let cases = [
+            ("abc", "abc", true),
+            ("abc", "abd", false),
+            ("abc", "ab", false),
+            ("ab", "abc", false),
+            ("*", "", true),
+            ("*", "anything", true),
+            ("a*c", "abbbc", true),
+            ("a*c", "abbbd", false),
+            ("a*b*c", "aXbYbZc", true),
+            ("a?c", "abc", true),
+            ("a?c", "ac", false),
+            ("[abc]x", "bx", true),
+            ("[abc]x", "dx", false),
+            ("[!abc]x", "dx", true),
+            ("[^abc]x", "ax", false),
+            ("[0-9]", "7", true),
+            ("[0-9]", "a", false),
+            ("[]]", "]", true),
+            ("[a-]", "-", true),
+            ("a[", "a[", true),
+            ("a\\*", "a*", true),
+            ("a\\*", "ab", false),
+            ("pci:v00001AF4d*sv*sd*bc*sc*i*", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", true),
+            ("pci:v00001AF4d*sv*sd*bc*sc*i*", "pci:v00008086d00001000sv00001AF4sd00000001bc02sc00i00", false),
+            ("virtio:d0000000[2-3]v*", "virtio:d00000002v00001AF4", true),
+            ("virtio:d0000000[2-3]v*", "virtio:d00000004v00001AF4", false),
+            (
+                "cpu:type:x86,ven*fam*mod*:feature:*0081*",
+                "cpu:type:x86,ven0000fam0006mod003D:feature:,0000,0081,00C0",
+                true,
+            ),
+            ("*a", "aaaa", true),
+            ("*ab", "aaab", true),
+            ("*ab", "aaaba", false),
+        ];
+        for (pattern, text, want) in cases {
+            assert_eq!(glob_match(pattern.as_bytes(), text.as_bytes()), want, "{pattern:?} vs {text:?}");
+        }
+    }
+
+    #[test]
+    fn parses_indexes() {
+        let idx = index();
+        assert_eq!(
+            idx.get("virtio-rng").map(|e| e.path.clone()),
+            Some("kernel/drivers/char/hw_random/virtio-rng.ko".into())
+        );
+        assert_eq!(idx.get("dm_crypt").map(|e| e.deps.clone()), Some(vec!["dm_mod".to_string()]));
+        assert!(idx.is_builtin("ext4"));
+        assert!(!idx.is_builtin("squashfs"));
+        assert!(ModuleIndex::parse(Path::new("/x"), "no colon here\n", "", "").is_err());
+        assert!(ModuleIndex::parse(Path::new("/x"), "", "alias onlypattern\n", "").is_err());
+        let err = ModuleIndex::parse(Path::new("/x"), "", "bogus a b\n", "").map(|_| ()).unwrap_err();
+        assert_eq!(err.to_string(), "/x/modules.alias:1: malformed line \"bogus a b\"");
+    }
+
+    #[test]
+    fn alias_matches() {
+        let idx = index();
+        let cases: &[(&str, &[&str])] = &[
+            ("pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", &["virtio_pci"]),
+            ("virtio:d00000001v00001AF4", &["virtio_net"]),
+            ("virtio:d00000003v00001AF4", &["virtio_blk"]),
+            ("virtio:d00000009v00001AF4", &[]),
+            ("fs-squashfs", &["squashfs"]),
+        ];
+        for (alias, want) in cases {
+            assert_eq!(idx.match_alias(alias), *want, "alias {alias}");
+        }
+    }
+
+    #[test]
+    fn closure_orders_dependencies_first_each_once() {
+        let idx = index();
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["virtio_net"], &["virtio_ring", "virtio", "failover", "net_failover", "virtio_net"]),
+            (
+                &["virtio_pci", "virtio_net"],
+                &[
+                    "virtio",
+                    "virtio_ring",
+                    "virtio_pci_modern_dev",
+                    "virtio_pci_legacy_dev",
+                    "virtio_pci",
+                    "failover",
+                    "net_failover",
+                    "virtio_net",
+                ],
+            ),
+            (&["dm-crypt", "dm_mod"], &["dm_mod", "dm_crypt"]),
+            (&["ext4", "squashfs"], &["squashfs"]),
+            (&["squashfs", "squashfs"], &["squashfs"]),
+            (&[], &[]),
+        ];
+        for (wanted, want) in cases {
+            let got = idx.closure(&strings(wanted)).expect("closure resolves");
+            assert_eq!(names(&got), strings(want), "wanted {wanted:?}");
+        }
+        let err = idx.closure(&strings(&["nope"])).map(|_| ()).unwrap_err();
+        assert_eq!(err.to_string(), "module nope is not in /lib/modules/test/modules.dep");
+    }
+
+    #[test]
+    fn closure_detects_cycles() {
+        let idx = ModuleIndex::parse(Path::new("/x"), "a.ko: b.ko\nb.ko: a.ko\n", "", "").expect("parses");
+        assert!(matches!(idx.closure(&strings(&["a"])), Err(ModuleError::Cycle { .. })));
+    }
+
+    #[test]
+    fn fixed_list() {
+        let text = "# profile\nvirtio_pci\n\n  virtio-rng  \nsquashfs # for the rootfs\n";
+        assert_eq!(parse_fixed_list(text), strings(&["virtio_pci", "virtio_rng", "squashfs"]));
+    }
+
+    #[test]
+    fn plans_rounds() {
+        let idx = index();
+        let fixed = strings(&["squashfs", "loop", "ext4", "missing_one"]);
+        let aliases = strings(&["pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", "net-pf-99", "acpi:NOPE:"]);
+        let (steps, missing) = plan(&idx, &fixed, &aliases, &BTreeSet::new());
+        assert_eq!(missing, strings(&["missing_one"]));
+        let got: Vec<(&str, bool)> = steps.iter().map(|s| (s.name.as_str(), s.required)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("squashfs", true),
+                ("loop", true),
+                ("virtio", false),
+                ("virtio_ring", false),
+                ("virtio_pci_modern_dev", false),
+                ("virtio_pci_legacy_dev", false),
+                ("virtio_pci", false),
+            ]
+        );
+
+        // Second round: virtio_pci revealed a network device; what was attempted is not repeated.
+        let attempted: BTreeSet<String> = steps.iter().map(|s| s.name.clone()).collect();
+        let aliases = strings(&["pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", "virtio:d00000001v00001AF4"]);
+        let (steps, missing) = plan(&idx, &[], &aliases, &attempted);
+        assert!(missing.is_empty());
+        let got: Vec<&str> = steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(got, vec!["failover", "net_failover", "virtio_net"]);
+
+        // Third round: nothing new.
+        let attempted: BTreeSet<String> = attempted.into_iter().chain(got.iter().map(|s| s.to_string())).collect();
+        assert!(plan(&idx, &[], &aliases, &attempted).0.is_empty());
+    }
+
+    #[test]
+    fn dependencies_of_fixed_modules_are_required() {
+        let idx = index();
+        let (steps, _) = plan(&idx, &strings(&["dm-crypt"]), &[], &BTreeSet::new());
+        assert!(steps.iter().all(|s| s.required), "{steps:?}");
+        assert_eq!(steps.len(), 2);
+    }
+
+    #[test]
+    fn reads_modaliases_from_a_sysfs_shaped_tree() {
+        let dir = std::env::temp_dir().join(format!("talosbox-modalias-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (bus, dev, alias) in
+            [("pci", "0000:00:03.0", "pci:vX\n"), ("virtio", "virtio0", "virtio:d1\n"), ("virtio", "virtio1", "\n")]
+        {
+            let d = dir.join(bus).join("devices").join(dev);
+            std::fs::create_dir_all(&d).expect("mkdir");
+            std::fs::write(d.join("modalias"), alias).expect("write");
+        }
+        std::fs::create_dir_all(dir.join("empty")).expect("mkdir");
+        let got = read_modaliases(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(got, strings(&["pci:vX", "virtio:d1"]));
+        assert!(read_modaliases(Path::new("/nonexistent/sys/bus")).is_empty());
+    }
+
+    #[test]
+    fn parses_a_real_depmod_tree_when_present() {
+        // The development kernel tree, when fetched on this machine; pure parsing only.
+        let dir = Path::new("/var/cache/talosbox/kernel-dev/root/lib/modules/6.1.0-57-cloud-amd64");
+        if !dir.join("modules.dep").exists() {
+            println!("skipped: {} not present (fetch the Debian cloud kernel and run depmod)", dir.display());
+            return;
+        }
+        let idx = ModuleIndex::load(dir).expect("real index parses");
+        let order = idx.closure(&strings(&["virtio_net", "xfs", "dm-crypt"])).expect("resolves");
+        let pos = |n: &str| names(&order).iter().position(|x| x == n);
+        assert!(pos("virtio_ring") < pos("virtio_net") && pos("failover") < pos("net_failover"));
+        assert!(pos("libcrc32c") < pos("xfs") && pos("dm_mod") < pos("dm_crypt"));
+        assert!(idx.match_alias("virtio:d00000001v00001AF4").contains(&"virtio_net"));
+    }
+}
