@@ -7,7 +7,9 @@
 //! panic on a runtime path: PID 1 calls into it.
 
 pub mod cmdline;
+pub mod loopdev;
 pub mod modules;
+pub mod mount;
 
 use std::path::Path;
 
