@@ -7,6 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub mod init;
 pub mod talosctl;
 
 /// An applet's entry point; `args[0]` is the name it was started as.
@@ -14,7 +15,7 @@ type Main = fn(Vec<OsString>) -> ExitCode;
 
 /// Every name the binary answers to, and its entry point (`None`: not built yet).
 const APPLETS: &[(&str, Option<Main>)] = &[
-    ("init", None),
+    ("init", Some(init::main)),
     ("machined", None),
     ("apid", None),
     ("trustd", None),
