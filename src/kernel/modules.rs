@@ -30,6 +30,13 @@ pub enum ModuleError {
     Load { name: String, path: PathBuf, source: std::io::Error },
 }
 
+impl ModuleError {
+    /// Whether loading failed only because the module found no device or firmware to drive.
+    pub fn is_no_device(&self) -> bool {
+        matches!(self, ModuleError::Load { source, .. } if source.raw_os_error() == Some(rustix::io::Errno::NODEV.raw_os_error()))
+    }
+}
+
 /// A module as `modules.dep` describes it: its file (relative to the modules directory) and
 /// the modules it needs, by normalized name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -372,8 +379,9 @@ const MAX_ROUNDS: usize = 8;
 
 /// Loads the fixed list and every module matching a device's modalias, with dependencies, in
 /// order; then looks again, since loaded drivers (virtio_pci) reveal new devices (virtio_net), and
-/// repeats until nothing new turns up. A fixed-list module that fails is an error; others are
-/// reported and skipped.
+/// repeats until nothing new turns up. A fixed-list module that fails is an error, except with
+/// ENODEV (nothing to drive on this machine, like efivarfs under BIOS); others are reported and
+/// skipped.
 pub fn load_all(
     index: &ModuleIndex,
     fixed: &[String],
@@ -404,7 +412,8 @@ pub fn load_all(
                     }
                     report(LoadEvent::Loaded { name: &step.name, outcome });
                 }
-                Err(e) if step.required => return Err(e),
+                // ENODEV: the module is fine but found nothing to drive (efivarfs under BIOS).
+                Err(e) if step.required && !e.is_no_device() => return Err(e),
                 Err(e) => {
                     summary.skipped += 1;
                     report(LoadEvent::Skipped { name: &step.name, error: &e });
