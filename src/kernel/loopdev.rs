@@ -160,8 +160,22 @@ impl LoopDevice {
     }
 }
 
+/// How to hand the backing file to the loop device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMethod {
+    /// LOOP_CONFIGURE (Linux 5.8+), falling back to [`AttachMethod::Legacy`] where unsupported.
+    Configure,
+    /// LOOP_SET_FD then LOOP_SET_STATUS64, for older kernels (and to test that path).
+    Legacy,
+}
+
 /// Attaches `backing` read-only with autoclear to a free loop device under `dev` (normally `/dev`).
 pub fn attach_read_only(backing: &Path, dev: &Path) -> Result<LoopDevice, LoopError> {
+    attach_read_only_using(backing, dev, AttachMethod::Configure)
+}
+
+/// [`attach_read_only`] with a chosen attach method.
+pub fn attach_read_only_using(backing: &Path, dev: &Path, method: AttachMethod) -> Result<LoopDevice, LoopError> {
     let file = File::open(backing).map_err(|source| LoopError::OpenBacking { path: backing.into(), source })?;
     let control = OpenOptions::new()
         .read(true)
@@ -179,7 +193,7 @@ pub fn attach_read_only(backing: &Path, dev: &Path) -> Result<LoopDevice, LoopEr
         })?;
         let device = dev.join(format!("loop{number}"));
         let fd = open_device(&device)?;
-        match configure(&fd, &file, backing) {
+        match configure(&fd, &file, backing, method) {
             Ok(()) => return Ok(LoopDevice { path: device, number, _fd: fd }),
             Err(Errno::BUSY) => continue,
             Err(e) => return Err(LoopError::Attach { backing: backing.into(), device, source: e.into() }),
@@ -204,15 +218,17 @@ fn open_device(device: &Path) -> Result<File, LoopError> {
 }
 
 /// LOOP_CONFIGURE in one step; on kernels without it, LOOP_SET_FD then LOOP_SET_STATUS64.
-fn configure(device: &File, backing: &File, backing_path: &Path) -> Result<(), Errno> {
+fn configure(device: &File, backing: &File, backing_path: &Path, method: AttachMethod) -> Result<(), Errno> {
     let backing_fd = std::os::fd::AsRawFd::as_raw_fd(backing);
     let info = LoopInfo64::read_only_autoclear(backing_path);
-    let config = LoopConfig { fd: backing_fd as u32, block_size: 0, info, reserved: [0; 8] };
-    // SAFETY: LOOP_CONFIGURE reads a `struct loop_config`, which LoopConfig mirrors (size checked
-    // at compile time); the kernel only reads it, and `backing` stays open across the call.
-    match unsafe { ioctl(device.as_fd(), Setter::<LOOP_CONFIGURE, LoopConfig>::new(config)) } {
-        Err(Errno::INVAL) | Err(Errno::NOTTY) => {}
-        other => return other,
+    if method == AttachMethod::Configure {
+        let config = LoopConfig { fd: backing_fd as u32, block_size: 0, info, reserved: [0; 8] };
+        // SAFETY: LOOP_CONFIGURE reads a `struct loop_config`, which LoopConfig mirrors (size
+        // checked at compile time); the kernel only reads it, and `backing` stays open meanwhile.
+        match unsafe { ioctl(device.as_fd(), Setter::<LOOP_CONFIGURE, LoopConfig>::new(config)) } {
+            Err(Errno::INVAL) | Err(Errno::NOTTY) => {}
+            other => return other,
+        }
     }
     // SAFETY: LOOP_SET_FD takes the backing fd as an integer; `backing` is open for the call.
     unsafe { ioctl(device.as_fd(), SetFd(backing_fd as usize)) }?;
