@@ -109,7 +109,7 @@ fn static_binary() -> PathBuf {
     BIN.get_or_init(|| {
         let dir = target_dir().join("init-boot-static");
         let status = Command::new(env!("CARGO"))
-            .args(["build", "--release", "--target", "x86_64-unknown-linux-gnu", "--bin", "talosbox"])
+            .args(["build", "--locked", "--release", "--target", "x86_64-unknown-linux-gnu", "--bin", "talosbox"])
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .env("CARGO_TARGET_DIR", &dir)
             .env("RUSTFLAGS", "-C target-feature=+crt-static")
@@ -295,4 +295,12 @@ fn init_failure_prints_the_step_and_powers_off() {
     );
     assert!(!log.contains("Kernel panic"), "init's failure panicked the kernel; see {}", log_path.display());
     assert!(exited, "QEMU did not power off within {BOOT_TIMEOUT:?}; see {}", log_path.display());
+}
+
+#[test]
+fn init_refuses_to_run_outside_pid_1() {
+    let out = Command::new(env!("CARGO_BIN_EXE_talosbox")).arg("init").output().expect("running talosbox init");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("init: runs only as PID 1"), "{err}");
 }
