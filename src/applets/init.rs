@@ -216,3 +216,34 @@ fn fail(error: &InitError) -> ! {
         std::thread::sleep(std::time::Duration::from_secs(3600));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failure_lines_name_step_and_error() {
+        let cases = [
+            (InitError::NoMachined, "run machined: no /rootfs.sqsh, and machined is not built into this binary"),
+            (
+                InitError::Modules(modules::ModuleError::Unknown {
+                    name: "virtio_net".into(),
+                    dep_file: "/lib/modules/k/modules.dep".into(),
+                }),
+                "load modules: module virtio_net is not in /lib/modules/k/modules.dep",
+            ),
+            (
+                InitError::Exec {
+                    path: NEXT_INIT,
+                    name: NEXT_NAME,
+                    source: std::io::Error::from_raw_os_error(rustix::io::Errno::NOENT.raw_os_error()),
+                },
+                "exec /sbin/init: executing /sbin/init as machined: No such file or directory (os error 2)",
+            ),
+            (InitError::Panic("boom".into()), "panic: boom"),
+        ];
+        for (error, want) in cases {
+            assert_eq!(format!("{}: {error}", error.step()), want);
+        }
+    }
+}

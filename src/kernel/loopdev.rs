@@ -9,7 +9,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use rustix::io::Errno;
@@ -180,7 +179,6 @@ pub fn attach_read_only_using(backing: &Path, dev: &Path, method: AttachMethod) 
     let control = OpenOptions::new()
         .read(true)
         .write(true)
-        .custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32)
         .open(dev.join("loop-control"))
         .map_err(|source| LoopError::OpenControl { source })?;
     // Another process may take the free device between asking and attaching: ask again then.
@@ -206,7 +204,7 @@ pub fn attach_read_only_using(backing: &Path, dev: &Path, method: AttachMethod) 
 fn open_device(device: &Path) -> Result<File, LoopError> {
     let mut tries = 0;
     loop {
-        match OpenOptions::new().read(true).custom_flags(rustix::fs::OFlags::CLOEXEC.bits() as i32).open(device) {
+        match File::open(device) {
             Ok(f) => return Ok(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 50 => {
                 tries += 1;
