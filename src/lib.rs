@@ -5,4 +5,5 @@ pub mod applets;
 pub mod controllers;
 pub mod cosi;
 pub mod kernel;
+pub mod resources;
 pub mod version;
