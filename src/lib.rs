@@ -6,4 +6,5 @@ pub mod controllers;
 pub mod cosi;
 pub mod kernel;
 pub mod resources;
+pub mod services;
 pub mod version;
