@@ -44,7 +44,10 @@ struct Node {
 
 impl Node {
     fn boot(name: &str) -> Node {
-        let bin = PathBuf::from(env!("CARGO_BIN_EXE_talosbox"));
+        // TALOSBOX_PID1_BIN runs another build (the static image binary) through the same checks.
+        let bin = std::env::var_os("TALOSBOX_PID1_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_talosbox")));
         let root = std::env::temp_dir().join(format!("talosbox-pid1-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
         let mut script = String::from("set -e\n");

@@ -5,6 +5,16 @@
 //! button, `poweroff`/`reboot`/`shutdown`): services stopped, disks synced and unmounted,
 //! then reboot(2). As PID 1 it must never exit and never die: errors and panics end in a
 //! logged, clean reboot. In container mode it has no PID 1 duties and just exits.
+//!
+//! Requests it answers (PID 1, or the container-mode process named by its pid file):
+//!
+//! | what                                   | does |
+//! |----------------------------------------|------|
+//! | SIGPWR, SIGTERM, `poweroff`, `shutdown` | power off |
+//! | SIGINT, Ctrl-Alt-Del, `reboot`, `shutdown -r` | reboot |
+//! | ACPI power button (KEY_POWER), PID 1 only | power off |
+//!
+//! In container mode "power off" and "reboot" both stop services and exit 0.
 
 pub mod console;
 pub mod power_button;
@@ -135,6 +145,10 @@ pub fn run(mode: Mode) -> ExitCode {
 fn become_pid1() {
     std::panic::set_hook(Box::new(|info| {
         console::line(&format!("machined: PANIC: {info}"));
+        // With panic=abort nothing unwinds to `run`: this is the last chance to go down cleanly.
+        if cfg!(panic = "abort") {
+            power_down(PowerAction::Reboot);
+        }
     }));
     if let Err(e) = rustix::system::reboot(rustix::system::RebootCommand::CadOff) {
         console::line(&format!("machined: cannot route Ctrl-Alt-Del to a signal: {e}"));
@@ -185,7 +199,9 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
     runtime.register(MachineConfigFileController::new(config_path(mode)))?;
     runtime.register(MachineStatusController)?;
     runtime.register(ServiceController::new(supervisor.clone()))?;
-    let mut stage_task = tokio::spawn(print_stages(state.clone(), stage_tx, cancel.clone()));
+    // Subscribed before the runtime starts, so no stage is missed.
+    let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
+    let mut stage_task = tokio::spawn(print_stages(state.clone(), stage_watch, stage_tx, cancel.clone()));
     let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
 
     if let Mode::Container { state_dir } = mode {
@@ -258,13 +274,17 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
 
 /// Prints `stage: <stage>` once per change of the machine status's stage (and the uptime on
 /// reaching maintenance), and publishes the stage it printed.
-async fn print_stages(state: State, printed: watch::Sender<MachineStage>, cancel: CancellationToken) {
+async fn print_stages(
+    state: State,
+    mut stages: crate::cosi::Watch,
+    printed: watch::Sender<MachineStage>,
+    cancel: CancellationToken,
+) {
     let mut last = MachineStage::Booting;
-    let mut watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
     loop {
         let event = tokio::select! {
             () = cancel.cancelled() => return,
-            event = watch.next() => event,
+            event = stages.next() => event,
         };
         let stage = match event {
             Ok(Event::Created(r) | Event::Updated { new: r, .. }) => {
