@@ -245,3 +245,33 @@ async fn service_runs_as_its_talos_user() {
     assert_eq!(logs(&rig, "apid-user"), vec!["50", "50", "50"], "uid, gid, and no supplementary groups");
     rig.supervisor.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn applet_services_run_this_binary_under_their_name() {
+    let reaper = Reaper::new(ReapMode::Own);
+    let cancel = CancellationToken::new();
+    tokio::spawn(reaper.clone().run(cancel.clone()));
+    let events: Events = Arc::default();
+    let sink = events.clone();
+    let supervisor = Supervisor::new(reaper, env!("CARGO_BIN_EXE_talosbox").into(), Duration::from_secs(5), move |e| {
+        sink.lock().unwrap().push((Instant::now(), e.clone()));
+    });
+    let rig = Rig { supervisor, events, cancel };
+    let mut def = ServiceDefinition::applet("talosctl");
+    def.program = Program::Applet { args: vec!["version".into(), "--client".into()] };
+    rig.supervisor.start(def).unwrap();
+    // argv[0] = "talosctl" makes the binary dispatch to talosctl, which prints its version and exits 0.
+    until(&rig, "a clean exit", |s| {
+        let printed =
+            s.logs("talosctl").is_some_and(|l| l.lines().iter().any(|x| x.contains(talosbox::version::VERSION)));
+        printed && s.service("talosctl").is_some_and(|s| s.message == "exited with code 0" || s.restarts > 0)
+    })
+    .await;
+    let finished = states(&rig.events, "talosctl");
+    assert_eq!(
+        &finished[..3],
+        &[ServiceState::Starting, ServiceState::Running, ServiceState::Finished],
+        "{finished:?}"
+    );
+    rig.supervisor.stop_all().await;
+}
