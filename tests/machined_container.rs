@@ -194,3 +194,19 @@ fn refuses_to_run_outside_pid1_without_container_mode() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--mode"), "{err}");
 }
+
+#[test]
+fn a_request_as_soon_as_the_pid_file_exists_is_still_a_clean_stop() {
+    let dir = scratch("early");
+    let mut m = Machined::start(&dir);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !dir.join("machined.pid").exists() {
+        assert!(Instant::now() < deadline, "no pid file");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let out = Command::new(bin()).args(["poweroff", "--state-dir"]).arg(&dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let status = m.wait_exit();
+    assert!(status.success(), "{status:?}; output:\n{}", m.seen.join("\n"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -186,6 +186,18 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
     let (stage_tx, stage_rx) = watch::channel(MachineStage::Booting);
     console::line("stage: booting");
 
+    // Handlers first: until they exist SIGTERM/SIGPWR/SIGINT would kill a non-PID-1 machined
+    // (the pid file announces us), and PID 1 would ignore them.
+    let (requests, mut requested) = mpsc::unbounded_channel::<PowerAction>();
+    for (name, kind, action) in [
+        ("SIGTERM", SignalKind::terminate(), PowerAction::PowerOff),
+        ("SIGPWR", SignalKind::from_raw(Signal::POWER.as_raw()), PowerAction::PowerOff),
+        ("SIGINT", SignalKind::interrupt(), PowerAction::Reboot),
+    ] {
+        let mut stream = signal(kind).map_err(|source| MachinedError::SignalHandler { name, source })?;
+        let requests = requests.clone();
+        tokio::spawn(async move { while stream.recv().await.is_some() && requests.send(action).is_ok() {} });
+    }
     let reaper = Reaper::new(if *mode == Mode::Node { ReapMode::All } else { ReapMode::Own });
     let mut reaper_task = tokio::spawn(reaper.clone().run(cancel.clone()));
     let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |event| {
@@ -212,16 +224,6 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
             .map_err(|source| MachinedError::WritePidFile { path, source })?;
     }
 
-    let (requests, mut requested) = mpsc::unbounded_channel::<PowerAction>();
-    for (name, kind, action) in [
-        ("SIGTERM", SignalKind::terminate(), PowerAction::PowerOff),
-        ("SIGPWR", SignalKind::from_raw(Signal::POWER.as_raw()), PowerAction::PowerOff),
-        ("SIGINT", SignalKind::interrupt(), PowerAction::Reboot),
-    ] {
-        let mut stream = signal(kind).map_err(|source| MachinedError::SignalHandler { name, source })?;
-        let requests = requests.clone();
-        tokio::spawn(async move { while stream.recv().await.is_some() && requests.send(action).is_ok() {} });
-    }
     if *mode == Mode::Node {
         let (presses, mut pressed) = mpsc::unbounded_channel();
         power_button::watch(PathBuf::from("/dev/input"), presses);
