@@ -219,8 +219,11 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
     if let Mode::Container { state_dir } = mode {
         std::fs::create_dir_all(state_dir)
             .map_err(|source| MachinedError::StateDir { path: state_dir.clone(), source })?;
+        // Written aside and renamed, so a reader never sees it empty.
         let path = state_dir.join(PID_FILE);
-        std::fs::write(&path, format!("{}\n", std::process::id()))
+        let partial = state_dir.join(format!("{PID_FILE}.partial"));
+        std::fs::write(&partial, format!("{}\n", std::process::id()))
+            .and_then(|()| std::fs::rename(&partial, &path))
             .map_err(|source| MachinedError::WritePidFile { path, source })?;
     }
 
