@@ -5,4 +5,7 @@ pub mod applets;
 pub mod controllers;
 pub mod cosi;
 pub mod kernel;
+pub mod machined;
+pub mod resources;
+pub mod services;
 pub mod version;

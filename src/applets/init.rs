@@ -40,8 +40,6 @@ enum InitError {
     SwitchRoot(mount::MountError),
     #[error("executing {path} as {name}: {source}")]
     Exec { path: &'static str, name: &'static str, source: std::io::Error },
-    #[error("no {ROOTFS_IMAGE}, and machined is not built into this binary")]
-    NoMachined,
     #[error("machined's main returned ({code})")]
     MachinedReturned { code: String },
     #[error("{0}")]
@@ -59,7 +57,7 @@ impl InitError {
             InitError::Prepare(_) => "prepare new root",
             InitError::SwitchRoot(_) => "switch_root",
             InitError::Exec { .. } => "exec /sbin/init",
-            InitError::NoMachined | InitError::MachinedReturned { .. } => "run machined",
+            InitError::MachinedReturned { .. } => "run machined",
             InitError::Panic(_) => "panic",
         }
     }
@@ -194,14 +192,8 @@ fn load_modules() -> Result<(), InitError> {
 
 /// Without a rootfs image we are already on the real root: machined takes over in this process.
 fn run_machined(args: Vec<OsString>) -> InitError {
-    let machined: Option<fn(Vec<OsString>) -> ExitCode> = None; // COORDINATOR: Some(crate::applets::machined::main)
-    match machined {
-        Some(main) => {
-            let code = main(args);
-            InitError::MachinedReturned { code: format!("{code:?}") }
-        }
-        None => InitError::NoMachined,
-    }
+    let code = crate::applets::machined::main(args);
+    InitError::MachinedReturned { code: format!("{code:?}") }
 }
 
 /// Prints the failure, syncs and powers off. Never returns: if power-off itself fails there is
@@ -224,7 +216,7 @@ mod tests {
     #[test]
     fn failure_lines_name_step_and_error() {
         let cases = [
-            (InitError::NoMachined, "run machined: no /rootfs.sqsh, and machined is not built into this binary"),
+            (InitError::MachinedReturned { code: "1".into() }, "run machined: machined's main returned (1)"),
             (
                 InitError::Modules(modules::ModuleError::Unknown {
                     name: "virtio_net".into(),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 pub mod init;
+pub mod machined;
 pub mod talosctl;
 
 /// An applet's entry point; `args[0]` is the name it was started as.
@@ -16,12 +17,15 @@ type Main = fn(Vec<OsString>) -> ExitCode;
 /// Every name the binary answers to, and its entry point (`None`: not built yet).
 const APPLETS: &[(&str, Option<Main>)] = &[
     ("init", Some(init::main)),
-    ("machined", None),
+    ("machined", Some(machined::main)),
     ("apid", None),
     ("trustd", None),
     ("talosctl", Some(talosctl::main)),
     ("imager", None),
     ("operator", None),
+    ("poweroff", Some(machined::poweroff)),
+    ("reboot", Some(machined::reboot)),
+    ("shutdown", Some(machined::shutdown)),
 ];
 
 fn names() -> String {
@@ -61,6 +65,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             }
         },
     }
+}
+
+/// Whether the applet `name` exists and is built (machined starts only built services).
+pub fn is_built(name: &str) -> bool {
+    matches!(lookup(name), Some(Some(_)))
 }
 
 fn lookup(name: &str) -> Option<Option<Main>> {

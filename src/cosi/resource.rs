@@ -61,8 +61,10 @@ impl ResourceDefinition {
     pub fn matches(&self, name: &str) -> bool {
         let full = self.type_name;
         let short = full.split('.').next().unwrap_or(full);
-        let singular = short.strip_suffix('s').unwrap_or(short);
-        [full, short, singular]
+        // Plural forms in Talos are `Addresses`, `MachineStatuses`, `Links`.
+        let singular_s = short.strip_suffix('s').unwrap_or(short);
+        let singular_es = short.strip_suffix("es").unwrap_or(short);
+        [full, short, singular_s, singular_es]
             .into_iter()
             .chain(self.aliases.iter().copied())
             .any(|candidate| candidate.eq_ignore_ascii_case(name))
@@ -304,6 +306,13 @@ mod tests {
     fn definition_matches_names_and_aliases() {
         let d = Probe::DEFINITION;
         for name in ["ProbeSpecs.test.talos.dev", "probespecs", "ProbeSpec", "probe"] {
+            assert!(d.matches(name), "{name} should match");
+        }
+        let statuses = ResourceDefinition { type_name: "MachineStatuses.runtime.talos.dev", ..d };
+        for name in ["machinestatuses", "MachineStatus"] {
+            assert!(statuses.matches(name), "{name} should match");
+        }
+        for name in ["ProbeSpecs.test.talos.dev"] {
             assert!(d.matches(name), "{name} should match");
         }
         assert!(!d.matches("probes.other"));

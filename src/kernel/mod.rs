@@ -10,6 +10,7 @@ pub mod cmdline;
 pub mod loopdev;
 pub mod modules;
 pub mod mount;
+pub mod power;
 
 use std::path::Path;
 

@@ -1,0 +1,346 @@
+//! machined: the node's PID 1 after switch_root, or an ordinary process in container mode.
+//!
+//! It prints its start, runs the resource runtime with the runtime controllers, supervises
+//! the node's services, reaps every child, and goes down cleanly on request (signal, power
+//! button, `poweroff`/`reboot`/`shutdown`): services stopped, disks synced and unmounted,
+//! then reboot(2). As PID 1 it must never exit and never die: errors and panics end in a
+//! logged, clean reboot. In container mode it has no PID 1 duties and just exits.
+//!
+//! Requests it answers (PID 1, or the container-mode process named by its pid file):
+//!
+//! | what                                   | does |
+//! |----------------------------------------|------|
+//! | SIGPWR, SIGTERM, `poweroff`, `shutdown` | power off |
+//! | SIGINT, Ctrl-Alt-Del, `reboot`, `shutdown -r` | reboot |
+//! | ACPI power button (KEY_POWER), PID 1 only | power off |
+//!
+//! In container mode "power off" and "reboot" both stop services and exit 0.
+
+pub mod console;
+pub mod power_button;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::controllers::runtime::{
+    KernelCmdlineController, MachineConfigFileController, MachineStatusController, ServiceController, VersionController,
+};
+use crate::cosi::{Event, Resource, Runtime, RuntimeError, State};
+use crate::kernel::power::{self, PowerAction};
+use crate::resources::runtime::{MachineStage, MachineStatus, NAMESPACE, ShutdownAction, ShutdownRequest};
+use crate::services::{ReapMode, Reaper, Supervisor};
+
+/// Where machined runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// PID 1 on a node: reaps everything, powers the machine off at the end.
+    Node,
+    /// An ordinary process keeping its files under `state_dir`.
+    Container { state_dir: PathBuf },
+}
+
+/// In container mode: machined's pid, for `poweroff --state-dir`.
+pub const PID_FILE: &str = "machined.pid";
+/// In container mode: the machine configuration whose presence means "running".
+pub const CONFIG_FILE: &str = "config.yaml";
+
+/// How long a service gets between SIGTERM and SIGKILL.
+const SERVICE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum MachinedError {
+    #[error("creating state directory {}: {source}", path.display())]
+    StateDir { path: PathBuf, source: std::io::Error },
+    #[error("writing pid file {}: {source}", path.display())]
+    WritePidFile { path: PathBuf, source: std::io::Error },
+    #[error("reading pid file {}: {source} (is machined running with this --state-dir?)", path.display())]
+    ReadPidFile { path: PathBuf, source: std::io::Error },
+    #[error("pid file {} holds {content:?}, not a pid", path.display())]
+    BadPidFile { path: PathBuf, content: String },
+    #[error("signalling machined (pid {pid}) to {action}: {source}")]
+    Signal { pid: i32, action: PowerAction, source: std::io::Error },
+    #[error("starting the async runtime: {0}")]
+    AsyncRuntime(#[source] std::io::Error),
+    #[error("installing the {name} handler: {source}")]
+    SignalHandler { name: &'static str, source: std::io::Error },
+    #[error("registering controllers: {0}")]
+    Register(#[from] RuntimeError),
+    #[error("the {0} stopped unexpectedly")]
+    Stopped(&'static str),
+}
+
+/// The signal that asks machined for `action`: SIGPWR powers off (SIGTERM too, for
+/// container managers), SIGINT reboots (also what the kernel sends PID 1 on Ctrl-Alt-Del).
+pub fn signal_for(action: PowerAction) -> Signal {
+    match action {
+        PowerAction::PowerOff => Signal::POWER,
+        PowerAction::Reboot => Signal::INT,
+    }
+}
+
+/// Runs machined. As PID 1 this never returns.
+pub fn run(mode: Mode) -> ExitCode {
+    console::line(&format!("uptime {} machined start", console::uptime()));
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .try_init();
+    if mode == Mode::Node {
+        become_pid1();
+    }
+    let outcome = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("machined")
+        .enable_all()
+        .build()
+    {
+        Err(e) => Ok(Err(MachinedError::AsyncRuntime(e))),
+        Ok(rt) => {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(serve(&mode))));
+            rt.shutdown_timeout(Duration::from_secs(2));
+            outcome
+        }
+    };
+    match mode {
+        Mode::Node => {
+            let action = match outcome {
+                Ok(Ok(action)) => action,
+                Ok(Err(e)) => {
+                    console::line(&format!("machined: FAILED: {e}; rebooting"));
+                    PowerAction::Reboot
+                }
+                Err(_) => {
+                    console::line("machined: panicked; rebooting");
+                    PowerAction::Reboot
+                }
+            };
+            power_down(action)
+        }
+        Mode::Container { state_dir } => {
+            let _ = std::fs::remove_file(state_dir.join(PID_FILE));
+            match outcome {
+                Ok(Ok(action)) => {
+                    console::line(&format!("machined: {action} requested; container mode, exiting"));
+                    ExitCode::SUCCESS
+                }
+                Ok(Err(e)) => {
+                    eprintln!("machined: {e}");
+                    ExitCode::FAILURE
+                }
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+    }
+}
+
+/// PID 1 set-up: panics are logged to the console (the reboot follows when it reaches the
+/// top), and Ctrl-Alt-Del becomes SIGINT to us instead of an immediate reset.
+fn become_pid1() {
+    std::panic::set_hook(Box::new(|info| {
+        console::line(&format!("machined: PANIC: {info}"));
+        // With panic=abort nothing unwinds to `run`: this is the last chance to go down cleanly.
+        if cfg!(panic = "abort") {
+            power_down(PowerAction::Reboot);
+        }
+    }));
+    if let Err(e) = rustix::system::reboot(rustix::system::RebootCommand::CadOff) {
+        console::line(&format!("machined: cannot route Ctrl-Alt-Del to a signal: {e}"));
+    }
+}
+
+/// The last steps of PID 1: sync, unmount, reboot(2). Never returns.
+fn power_down(action: PowerAction) -> ! {
+    console::line(&format!("{action}: syncing and unmounting filesystems"));
+    power::sync();
+    for failure in power::unmount_all() {
+        console::line(&format!("{action}: {failure} (skipped)"));
+    }
+    power::sync();
+    console::line(&format!("{action}: now"));
+    let failure = power::reboot(action);
+    console::line(&format!("{action}: FAILED: {failure}; halting here"));
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
+fn config_path(mode: &Mode) -> Option<PathBuf> {
+    match mode {
+        // No STATE volume yet, so no configuration: maintenance.
+        Mode::Node => None,
+        Mode::Container { state_dir } => Some(state_dir.join(CONFIG_FILE)),
+    }
+}
+
+/// Runs until a power request, then stops services and the runtime; returns the request.
+async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
+    let cancel = CancellationToken::new();
+    let _stop_all = cancel.clone().drop_guard();
+    let (stage_tx, stage_rx) = watch::channel(MachineStage::Booting);
+    console::line("stage: booting");
+
+    // Handlers first: until they exist SIGTERM/SIGPWR/SIGINT would kill a non-PID-1 machined
+    // (the pid file announces us), and PID 1 would ignore them.
+    let (requests, mut requested) = mpsc::unbounded_channel::<PowerAction>();
+    for (name, kind, action) in [
+        ("SIGTERM", SignalKind::terminate(), PowerAction::PowerOff),
+        ("SIGPWR", SignalKind::from_raw(Signal::POWER.as_raw()), PowerAction::PowerOff),
+        ("SIGINT", SignalKind::interrupt(), PowerAction::Reboot),
+    ] {
+        let mut stream = signal(kind).map_err(|source| MachinedError::SignalHandler { name, source })?;
+        let requests = requests.clone();
+        tokio::spawn(async move { while stream.recv().await.is_some() && requests.send(action).is_ok() {} });
+    }
+    let reaper = Reaper::new(if *mode == Mode::Node { ReapMode::All } else { ReapMode::Own });
+    let mut reaper_task = tokio::spawn(reaper.clone().run(cancel.clone()));
+    let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |event| {
+        console::line(&format!("service {}: {}", event.service, event.state))
+    });
+
+    if let Mode::Container { state_dir } = mode {
+        std::fs::create_dir_all(state_dir)
+            .map_err(|source| MachinedError::StateDir { path: state_dir.clone(), source })?;
+        // Written before any stage is printed, so whoever sees a stage can signal us; written
+        // aside and renamed, so a reader never sees it empty.
+        let path = state_dir.join(PID_FILE);
+        let partial = state_dir.join(format!("{PID_FILE}.partial"));
+        std::fs::write(&partial, format!("{}\n", std::process::id()))
+            .and_then(|()| std::fs::rename(&partial, &path))
+            .map_err(|source| MachinedError::WritePidFile { path, source })?;
+    }
+
+    let state = State::in_memory();
+    let mut runtime = Runtime::new(state.clone());
+    runtime.register(KernelCmdlineController::new())?;
+    runtime.register(VersionController)?;
+    runtime.register(MachineConfigFileController::new(config_path(mode)))?;
+    runtime.register(MachineStatusController)?;
+    runtime.register(ServiceController::new(supervisor.clone()))?;
+    // Subscribed before the runtime starts, so no stage is missed.
+    let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
+    let mut stage_task = tokio::spawn(print_stages(state.clone(), stage_watch, stage_tx, cancel.clone()));
+    let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
+
+    if *mode == Mode::Node {
+        let (presses, mut pressed) = mpsc::unbounded_channel();
+        power_button::watch(PathBuf::from("/dev/input"), presses);
+        let requests = requests.clone();
+        tokio::spawn(async move {
+            while pressed.recv().await.is_some() {
+                console::line("power button pressed");
+                if requests.send(PowerAction::PowerOff).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
+    for service in crate::services::image_services(crate::applets::is_built) {
+        if let Err(e) = supervisor.start(service) {
+            console::line(&format!("machined: {e}"));
+        }
+    }
+
+    let action = tokio::select! {
+        action = requested.recv() => action.unwrap_or(PowerAction::PowerOff),
+        _ = &mut reaper_task => return Err(MachinedError::Stopped("child reaper")),
+        _ = &mut runtime_task => return Err(MachinedError::Stopped("controller runtime")),
+        _ = &mut stage_task => return Err(MachinedError::Stopped("stage printer")),
+    };
+
+    // Show the stage first, then stop services while the runtime still publishes them.
+    let request = ShutdownRequest {
+        action: match action {
+            PowerAction::PowerOff => ShutdownAction::PowerOff,
+            PowerAction::Reboot => ShutdownAction::Reboot,
+        },
+    };
+    if let Err(e) = state.create(Resource::new(NAMESPACE, ShutdownRequest::ID, request), "") {
+        console::line(&format!("machined: recording the {action} request: {e}"));
+    }
+    let mut stage_rx = stage_rx;
+    let shown = stage_rx.wait_for(|s| matches!(s, MachineStage::Rebooting | MachineStage::ShuttingDown));
+    let _ = tokio::time::timeout(Duration::from_secs(3), shown).await;
+    supervisor.stop_all().await;
+    cancel.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(3), async {
+        let _ = runtime_task.await;
+        let _ = stage_task.await;
+    })
+    .await;
+    Ok(action)
+}
+
+/// Prints `stage: <stage>` once per change of the machine status's stage (and the uptime on
+/// reaching maintenance), and publishes the stage it printed.
+async fn print_stages(
+    state: State,
+    mut stages: crate::cosi::Watch,
+    printed: watch::Sender<MachineStage>,
+    cancel: CancellationToken,
+) {
+    let mut last = MachineStage::Booting;
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            event = stages.next() => event,
+        };
+        let stage = match event {
+            Ok(Event::Created(r) | Event::Updated { new: r, .. }) => {
+                Resource::<MachineStatus>::from_any(&r).map(|r| r.spec().stage)
+            }
+            Ok(_) => None,
+            // Fell behind: the current value is what matters.
+            Err(crate::cosi::WatchError::Overrun { .. }) => {
+                state.find::<MachineStatus>(NAMESPACE, MachineStatus::ID).ok().flatten().map(|r| r.spec().stage)
+            }
+            Err(crate::cosi::WatchError::Closed) => return,
+        };
+        if let Some(stage) = stage
+            && stage != last
+        {
+            last = stage;
+            console::line(&format!("stage: {stage}"));
+            if stage == MachineStage::Maintenance {
+                console::line(&format!("uptime {} stage maintenance", console::uptime()));
+            }
+            printed.send_replace(stage);
+        }
+    }
+}
+
+/// Asks the running machined for `action`: the one whose pid file is in `state_dir`, or
+/// PID 1. Returns the pid signalled.
+pub fn request(action: PowerAction, state_dir: Option<&Path>) -> Result<i32, MachinedError> {
+    let pid = match state_dir {
+        None => 1,
+        Some(dir) => {
+            let path = dir.join(PID_FILE);
+            let text = std::fs::read_to_string(&path)
+                .map_err(|source| MachinedError::ReadPidFile { path: path.clone(), source })?;
+            text.trim()
+                .parse::<i32>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or(MachinedError::BadPidFile { path, content: text.trim().to_string() })?
+        }
+    };
+    let target = Pid::from_raw(pid).ok_or(MachinedError::Signal {
+        pid,
+        action,
+        source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+    })?;
+    rustix::process::kill_process(target, signal_for(action)).map_err(|e| MachinedError::Signal {
+        pid,
+        action,
+        source: e.into(),
+    })?;
+    Ok(pid)
+}
