@@ -206,6 +206,9 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
                 }
             }
         }
+        if ready == nodes.len() {
+            return;
+        }
         let latest = nodes.iter().find_map(|(n, p)| match p {
             NodeProgress::Booting(Some(l)) => Some(format!("{n}: {l}")),
             _ => None,
