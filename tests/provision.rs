@@ -87,6 +87,12 @@ fn create_forwards_ports_and_destroy_stops_everything() {
     }
     assert_eq!(std::fs::read(&disk).unwrap(), vec![0u8; 1 << 20], "the disk image must stay as built (snapshot=on)");
 
+    let show = talosctl(&["cluster", "show", "--name", "two", "--state", &s]);
+    assert!(show.status.success(), "{}", text(&show));
+    let shown = text(&show);
+    assert_eq!(shown.matches("running (QEMU pid").count(), 2, "{shown}");
+    assert!(shown.contains("two-worker-1 "), "{shown}");
+
     let again = talosctl(&["cluster", "create", "--name", "two", "--state", &s, "--disk-image", &d]);
     assert!(!again.status.success());
     assert!(text(&again).contains("already exists"), "{}", text(&again));

@@ -47,6 +47,15 @@ enum Command {
 enum ClusterCommand {
     /// Boot a local cluster under QEMU from the built artifacts.
     Create(Box<CreateArgs>),
+    /// Show a local cluster's nodes: how to reach them, their serial logs, whether they run.
+    Show {
+        /// The cluster's name.
+        #[arg(long, default_value = "talosbox")]
+        name: String,
+        /// Directory holding the clusters' state (default ~/.talos/clusters).
+        #[arg(long)]
+        state: Option<PathBuf>,
+    },
     /// Stop a local cluster's VMs (and swtpm) and remove its state directory.
     Destroy {
         /// The cluster's name.
@@ -139,12 +148,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         }
         Some(Command::Version { client, short }) => version(&cli.nodes, client, short),
         Some(Command::Cluster { command: ClusterCommand::Create(args) }) => cluster_create(*args),
+        Some(Command::Cluster { command: ClusterCommand::Show { name, state } }) => cluster_show(name, state),
         Some(Command::Cluster { command: ClusterCommand::Destroy { name, state } }) => cluster_destroy(name, state),
     }
 }
 
 fn cluster_create(a: CreateArgs) -> ExitCode {
     use crate::provision::{CreateOptions, WaitOptions};
+    let state = a.state.clone();
     let opts = CreateOptions {
         name: a.name.clone(),
         state_root: a.state,
@@ -172,19 +183,7 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
         }
     };
     let r = &created.record;
-    println!("cluster {:?}: {} node(s), {}", r.name, r.nodes.len(), created.plan);
-    println!("node LAN: multicast {} (QEMU socket netdev on 127.0.0.1)", r.lan);
-    println!("{:<32} {:<18} {:<18} SERIAL LOG", "NODE", "API (:50000)", "LAN MAC");
-    for n in &r.nodes {
-        println!(
-            "{:<32} {:<18} {:<18} {}",
-            n.name,
-            format!("127.0.0.1:{}", n.api_port),
-            n.lan_mac,
-            n.serial_log.display()
-        );
-    }
-    println!("destroy with: talosctl cluster destroy --name {}", r.name);
+    print!("{}", r.summary(state.as_deref()));
     if !a.wait {
         return ExitCode::SUCCESS;
     }
@@ -240,7 +239,24 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
         }
         Err(e) => {
             eprintln!("talosctl cluster create: {e}");
-            eprintln!("the cluster is still running; destroy with: talosctl cluster destroy --name {}", r.name);
+            let state = state.map(|s| format!(" --state {}", s.display())).unwrap_or_default();
+            eprintln!("the cluster is still running; destroy with: talosctl cluster destroy --name {}{state}", r.name);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cluster_show(name: String, state: Option<PathBuf>) -> ExitCode {
+    match crate::provision::show(&name, state.as_deref()) {
+        Ok((record, status)) => {
+            print!("{}", record.summary(state.as_deref()));
+            for (node, line) in status {
+                println!("{node}: {line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("talosctl cluster show: {e}");
             ExitCode::FAILURE
         }
     }

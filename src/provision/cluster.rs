@@ -297,6 +297,35 @@ fn stop_record(record: &ClusterRecord, step: &mut dyn FnMut(String)) {
     }
 }
 
+/// Reads a cluster's record and, per node, a line saying whether its QEMU runs and the last
+/// `[talosbox]` line on its console.
+pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(String, String)>), ProvisionError> {
+    let dir = cluster_dir(name, root)?;
+    if !dir.join(state::RECORD).is_file() {
+        return Err(ProvisionError::NoSuchCluster { name: name.to_string(), dir });
+    }
+    let record = ClusterRecord::read(&dir)?;
+    let status = record
+        .nodes
+        .iter()
+        .map(|n| {
+            let running = host::read_pid(&n.pid_file)
+                .filter(|p| host::is_ours(*p, "qemu"))
+                .map(|p| format!("running (QEMU pid {})", p.as_raw_nonzero()))
+                .unwrap_or_else(|| "not running".to_string());
+            let log = String::from_utf8_lossy(&std::fs::read(&n.serial_log).unwrap_or_default()).replace('\r', "");
+            let console = match judge_log(&log) {
+                NodeProgress::Ready(_) => READY_MARKER.to_string(),
+                NodeProgress::Failed(why) => format!("failed: {why}"),
+                NodeProgress::Booting(Some(last)) => last,
+                NodeProgress::Booting(None) => "no talosbox output yet".to_string(),
+            };
+            (n.name.clone(), format!("{running}; console: {console}"))
+        })
+        .collect();
+    Ok((record, status))
+}
+
 /// Stops a cluster and removes its state directory.
 pub fn destroy(opts: &DestroyOptions, step: &mut dyn FnMut(String)) -> Result<PathBuf, ProvisionError> {
     let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;

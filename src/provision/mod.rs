@@ -19,7 +19,7 @@ pub mod state;
 
 use std::path::PathBuf;
 
-pub use cluster::{CreateOptions, Created, DestroyOptions, WaitOptions, create, destroy, wait_ready};
+pub use cluster::{CreateOptions, Created, DestroyOptions, WaitOptions, create, destroy, show, wait_ready};
 
 /// Everything that can go wrong while provisioning; each message names the file, tool or node.
 #[derive(Debug, thiserror::Error)]

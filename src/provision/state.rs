@@ -66,6 +66,31 @@ impl ClusterRecord {
     }
 }
 
+impl ClusterRecord {
+    /// What `create` and `show` print: the boot path, the LAN, how to reach each node (API on
+    /// 127.0.0.1), where its serial log is, and how to destroy the cluster. `state` is the
+    /// `--state` the user gave, repeated in the destroy hint.
+    pub fn summary(&self, state: Option<&Path>) -> String {
+        let mut out = format!("cluster {:?}: {} node(s), {}\n", self.name, self.nodes.len(), self.boot);
+        out += &format!("node LAN: multicast {} (QEMU socket netdev on 127.0.0.1)\n", self.lan);
+        out += &format!("{:<32} {:<13} {:<18} {:<18} SERIAL LOG\n", "NODE", "ROLE", "API (:50000)", "LAN MAC");
+        for n in &self.nodes {
+            let api = format!("127.0.0.1:{}", n.api_port);
+            out += &format!(
+                "{:<32} {:<13} {:<18} {:<18} {}\n",
+                n.name,
+                n.role.to_string(),
+                api,
+                n.lan_mac,
+                n.serial_log.display()
+            );
+        }
+        let state = state.map(|s| format!(" --state {}", s.display())).unwrap_or_default();
+        out += &format!("destroy with: talosctl cluster destroy --name {}{state}\n", self.name);
+        out
+    }
+}
+
 /// The LAN groups held by the other clusters under `root`, so a new cluster picks another.
 pub fn taken_lans(root: &Path) -> Vec<Mcast> {
     let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
@@ -103,6 +128,12 @@ mod tests {
         assert!(text.contains("\"lan\": \"230.1.2.3:20001\""), "{text}");
         assert!(text.contains("\"role\": \"controlplane\""), "{text}");
         assert_eq!(taken_lans(&dir), vec![rec.lan]);
+        let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/provision/golden/summary.txt");
+        let got = rec.summary(Some(Path::new("/tmp/s")));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&golden, &got).unwrap();
+        }
+        assert_eq!(got, std::fs::read_to_string(&golden).unwrap_or_default(), "golden {}", golden.display());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
