@@ -201,3 +201,18 @@ fn bad_flags_are_one_clear_error() {
     assert!(text(&out).contains("/nonexistent/vmlinuz does not exist"), "{}", text(&out));
     assert!(!Path::new("/tmp/tbp-none/x").exists(), "a failed create must leave nothing behind");
 }
+
+#[test]
+fn a_qemu_that_will_not_start_is_one_error_and_leaves_nothing_behind() {
+    let Some(root) = scratch("acc") else { return };
+    let state = root.join("s");
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&["cluster", "create", "--name", "acc", "--state", &s, "--disk-image", &d, "--accel", "bogus"]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("starting node acc-controlplane-1: QEMU exited with exit status: 1"), "{t}");
+    assert!(t.contains("invalid accelerator bogus"), "{t}");
+    assert!(!state.join("acc").exists(), "a failed create must remove its state directory");
+    let _ = std::fs::remove_dir_all(&root);
+}
