@@ -135,6 +135,8 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
         &d,
         "--with-uefi",
         "--with-tpm",
+        "--disk-size",
+        "64",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let dir = state.join("tpm");
@@ -145,6 +147,9 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
     let vars = std::fs::metadata(dir.join(format!("{node}.vars.fd"))).unwrap();
     assert_eq!(vars.len(), std::fs::metadata("/usr/share/OVMF/OVMF_VARS_4M.fd").unwrap().len());
     let pid = std::fs::read_to_string(&swtpm_pid).unwrap();
+    let data = std::fs::metadata(dir.join(format!("{node}.disk"))).unwrap();
+    assert_eq!(data.len(), 64 << 20, "data disk size");
+    assert!(std::os::unix::fs::MetadataExt::blocks(&data) < 1024, "data disk should be sparse");
 
     let out = talosctl(&["cluster", "destroy", "--name", "tpm", "--state", &s]);
     assert!(out.status.success(), "{}", text(&out));

@@ -108,6 +108,9 @@ struct CreateArgs {
     /// Memory per node, MiB.
     #[arg(long, default_value_t = 1024)]
     memory: u32,
+    /// Size of each node's empty data disk, MiB (0: no data disk).
+    #[arg(long, default_value_t = 0)]
+    disk_size: u64,
     /// CPUs per node.
     #[arg(long, default_value_t = 2)]
     cpus: u32,
@@ -174,6 +177,7 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
         cpus: a.cpus,
         with_tpm: a.with_tpm,
         accel: a.accel,
+        disk_mib: a.disk_size,
     };
     let created = match crate::provision::create(&opts, &mut |line| println!("  {line}")) {
         Ok(c) => c,

@@ -38,6 +38,8 @@ pub struct NodeLaunch {
     pub lan_mac: Mac,
     /// swtpm's control socket, when the node has a TPM.
     pub tpm_socket: Option<PathBuf>,
+    /// The node's own empty disk (raw, sparse), for the volumes it creates; written in place.
+    pub data_disk: Option<PathBuf>,
     pub serial_log: PathBuf,
     pub pid_file: PathBuf,
     pub qmp_socket: PathBuf,
@@ -76,6 +78,9 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
         Media::Disk { image } => {
             push(&["-drive", &format!("if=virtio,format=raw,snapshot=on,file={}", opt(image))]);
         }
+    }
+    if let Some(disk) = &n.data_disk {
+        push(&["-drive", &format!("if=virtio,format=raw,file={}", opt(disk))]);
     }
     // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
     // forward, and restrict=on keeps the node off the host's networks.
@@ -142,6 +147,7 @@ mod tests {
             lan: mcast("dev", &[]),
             lan_mac: mac("dev", Nic::Lan, 0),
             tpm_socket: tpm.then(|| dir.join("dev-controlplane-1.tpm/swtpm.sock")),
+            data_disk: None,
             serial_log: dir.join("dev-controlplane-1.log"),
             pid_file: dir.join("dev-controlplane-1.pid"),
             qmp_socket: dir.join("dev-controlplane-1.qmp"),
@@ -183,6 +189,13 @@ mod tests {
         let disk = Media::Disk { image: "/src/_out/disk.raw".into() };
         golden("disk-bios.argv", &qemu_argv(&node(disk.clone(), false, false)));
         golden("disk-uefi.argv", &qemu_argv(&node(disk, true, false)));
+    }
+
+    #[test]
+    fn golden_direct_uefi_with_data_disk() {
+        let mut n = node(direct(), true, false);
+        n.data_disk = Some("/home/u/.talos/clusters/dev/dev-controlplane-1.disk".into());
+        golden("direct-uefi-disk.argv", &qemu_argv(&n));
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct CreateOptions {
     pub cpus: u32,
     pub with_tpm: bool,
     pub accel: String,
+    /// Size of each node's empty data disk in MiB; 0 gives nodes no data disk.
+    pub disk_mib: u64,
 }
 
 /// What `create` made.
@@ -156,6 +158,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             lan,
             lan_mac: alloc::mac(&opts.name, Nic::Lan, i),
             tpm_socket: tpm.as_ref().map(|t| t.socket.clone()),
+            data_disk: (opts.disk_mib > 0).then(|| dir.join(format!("{name}.disk"))),
             serial_log: dir.join(format!("{name}.log")),
             pid_file: dir.join(format!("{name}.pid")),
             qmp_socket: dir.join(format!("{name}.qmp")),
@@ -174,6 +177,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             pid_file: launch.pid_file.clone(),
             qmp_socket: launch.qmp_socket.clone(),
             swtpm_pid_file: tpm.as_ref().map(|t| t.pid_file.clone()),
+            data_disk: launch.data_disk.clone(),
         });
         launches.push((launch, tpm));
     }
@@ -181,7 +185,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let record = ClusterRecord { name: opts.name.clone(), created, boot: plan.to_string(), lan, nodes };
     record.write(&dir)?;
 
-    let started = start_all(&dir, &plan, &launches, step);
+    let started = start_all(&dir, &plan, &launches, opts.disk_mib, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
         stop_record(&record, &mut |_| {});
@@ -195,6 +199,7 @@ fn start_all(
     dir: &Path,
     plan: &BootPlan,
     launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
+    disk_mib: u64,
     step: &mut dyn FnMut(String),
 ) -> Result<(), ProvisionError> {
     if let BootPlan::Uki { uki } = plan {
@@ -205,6 +210,11 @@ fn start_all(
     for (node, tpm) in launches {
         if let Some(vars) = &node.ovmf_vars {
             std::fs::copy(argv::OVMF_VARS, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
+        }
+        if let Some(disk) = &node.data_disk {
+            // Sparse: the host spends space only for what the node writes.
+            let file = File::create(disk).map_err(io_err("creating data disk", disk))?;
+            file.set_len(disk_mib * 1024 * 1024).map_err(io_err("sizing data disk", disk))?;
         }
         if let Some(t) = tpm {
             start_swtpm(&node.name, t)?;

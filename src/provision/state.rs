@@ -34,6 +34,9 @@ pub struct NodeRecord {
     pub qmp_socket: PathBuf,
     /// swtpm's pid file, when the node has a TPM.
     pub swtpm_pid_file: Option<PathBuf>,
+    /// The node's own data disk, if it has one.
+    #[serde(default)]
+    pub data_disk: Option<PathBuf>,
 }
 
 /// The whole cluster.
@@ -120,6 +123,7 @@ mod tests {
                 pid_file: "/x/c1-controlplane-1.pid".into(),
                 qmp_socket: "/x/c1-controlplane-1.qmp".into(),
                 swtpm_pid_file: None,
+                data_disk: None,
             }],
         };
         rec.write(&dir.join("c1")).unwrap();
