@@ -10,6 +10,13 @@ fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_talosbox"))
 }
 
+/// Says `skipped: <reason>` straight to stderr, past the test harness's capture, so a test that
+/// cannot run is seen as such instead of passing silently.
+fn skip(reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {reason}");
+}
+
 fn have(tool: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {tool} >/dev/null")]).status().is_ok_and(|s| s.success())
 }
@@ -17,7 +24,7 @@ fn have(tool: &str) -> bool {
 /// A short scratch root (QMP and swtpm sockets must fit in 107 bytes) with an empty 1 MiB disk.
 fn scratch(case: &str) -> Option<PathBuf> {
     if !have("qemu-system-x86_64") {
-        println!("skipped: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+        skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
         return None;
     }
     let dir = PathBuf::from(format!("/tmp/tbp-{case}-{}", std::process::id()));
@@ -116,7 +123,7 @@ fn create_forwards_ports_and_destroy_stops_everything() {
 fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
     let Some(root) = scratch("tpm") else { return };
     if !have("swtpm") || !Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd").exists() {
-        println!("skipped: swtpm or OVMF is not installed (apt-get install swtpm ovmf)");
+        skip("swtpm or OVMF is not installed (apt-get install swtpm ovmf)");
         let _ = std::fs::remove_dir_all(&root);
         return;
     }

@@ -198,7 +198,11 @@ mod tests {
     #[test]
     fn esp_holds_the_uki_at_the_removable_path() {
         if check_tools(&[MKFS_FAT, MMD, MCOPY], &[]).is_err() {
-            println!("skipped: mkfs.fat/mtools not installed (apt-get install dosfstools mtools)");
+            // Straight to stderr, past the harness's capture: a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: mkfs.fat/mtools not installed (apt-get install dosfstools mtools)"
+            );
             return;
         }
         let dir = std::env::temp_dir().join(format!("talosbox-esp-test-{}", std::process::id()));
