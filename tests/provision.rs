@@ -149,7 +149,7 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
     let dir = state.join("tpm");
     let node = "tpm-controlplane-1";
     assert!(pid_alive_as(&dir.join(format!("{node}.pid")), "qemu"));
-    let swtpm_pid = dir.join(format!("{node}.tpm/swtpm.pid"));
+    let swtpm_pid = dir.join("controlplane-1.tpm/swtpm.pid");
     assert!(pid_alive_as(&swtpm_pid, "swtpm"), "no swtpm running");
     let vars = std::fs::metadata(dir.join(format!("{node}.vars.fd"))).unwrap();
     assert_eq!(vars.len(), std::fs::metadata("/usr/share/OVMF/OVMF_VARS_4M.fd").unwrap().len());

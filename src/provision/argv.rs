@@ -146,11 +146,11 @@ mod tests {
             api_mac: mac("dev", Nic::Api, 0),
             lan: mcast("dev", &[]),
             lan_mac: mac("dev", Nic::Lan, 0),
-            tpm_socket: tpm.then(|| dir.join("dev-controlplane-1.tpm/swtpm.sock")),
+            tpm_socket: tpm.then(|| dir.join("controlplane-1.tpm/swtpm.sock")),
             data_disk: None,
             serial_log: dir.join("dev-controlplane-1.log"),
             pid_file: dir.join("dev-controlplane-1.pid"),
-            qmp_socket: dir.join("dev-controlplane-1.qmp"),
+            qmp_socket: dir.join("controlplane-1.qmp"),
         }
     }
 
@@ -200,7 +200,7 @@ mod tests {
 
     #[test]
     fn golden_swtpm() {
-        let d = PathBuf::from("/home/u/.talos/clusters/dev/dev-controlplane-1.tpm");
+        let d = PathBuf::from("/home/u/.talos/clusters/dev/controlplane-1.tpm");
         let t = SwtpmLaunch {
             state_dir: d.clone(),
             socket: d.join("swtpm.sock"),

@@ -123,9 +123,6 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     }
     let root = dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let lan = alloc::mcast(&opts.name, &state::taken_lans(&root));
-    std::fs::create_dir_all(&dir).map_err(io_err("creating state directory", &dir))?;
-    step(format!("state directory {}", dir.display()));
-
     let ports = alloc::free_ports(names.len())?;
     let mut launches = Vec::new();
     let mut nodes = Vec::new();
@@ -137,8 +134,11 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         BootPlan::Disk { image, .. } => Media::Disk { image: image.clone() },
     };
     for (i, ((name, role), port)) in names.iter().zip(&ports).enumerate() {
+        // Unix sockets live under short names (the directory already names the cluster): their
+        // paths must fit in 107 bytes.
+        let short = name.strip_prefix(&format!("{}-", opts.name)).unwrap_or(name);
         let tpm = opts.with_tpm.then(|| {
-            let d = dir.join(format!("{name}.tpm"));
+            let d = dir.join(format!("{short}.tpm"));
             SwtpmLaunch {
                 socket: d.join("swtpm.sock"),
                 pid_file: d.join("swtpm.pid"),
@@ -161,7 +161,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             data_disk: (opts.disk_mib > 0).then(|| dir.join(format!("{name}.disk"))),
             serial_log: dir.join(format!("{name}.log")),
             pid_file: dir.join(format!("{name}.pid")),
-            qmp_socket: dir.join(format!("{name}.qmp")),
+            qmp_socket: dir.join(format!("{short}.qmp")),
         };
         check_socket(&launch.qmp_socket)?;
         if let Some(t) = &tpm {
@@ -183,7 +183,13 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     }
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let record = ClusterRecord { name: opts.name.clone(), created, boot: plan.to_string(), lan, nodes };
-    record.write(&dir)?;
+    // Everything that can be checked without effects has been: only now does the directory appear.
+    std::fs::create_dir_all(&dir).map_err(io_err("creating state directory", &dir))?;
+    step(format!("state directory {}", dir.display()));
+    if let Err(e) = record.write(&dir) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
 
     let started = start_all(&dir, &plan, &launches, opts.disk_mib, step);
     if let Err(e) = started {
