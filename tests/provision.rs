@@ -228,3 +228,26 @@ fn a_qemu_that_will_not_start_is_one_error_and_leaves_nothing_behind() {
     assert!(!state.join("acc").exists(), "a failed create must remove its state directory");
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
+    let Some(root) = scratch("grace") else { return };
+    let state = root.join("s");
+    let guard = Cluster { name: "grace", state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&["cluster", "create", "--name", "grace", "--state", &s, "--disk-image", &d]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pid = std::fs::read_to_string(state.join("grace/grace-controlplane-1.pid")).unwrap();
+    // No OS on the empty disk: nobody handles ACPI, so the node keeps running.
+    let out =
+        talosctl(&["cluster", "destroy", "--name", "grace", "--state", &s, "--graceful", "--graceful-timeout", "1s"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("grace-controlplane-1: still running 1 s after the power button; stopping it"), "{t}");
+    assert!(t.contains("grace-controlplane-1: QEMU (pid"), "{t}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("qemu"), "QEMU {pid} still running");
+    assert!(!state.join("grace").exists());
+    drop(guard);
+}

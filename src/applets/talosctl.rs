@@ -64,6 +64,12 @@ enum ClusterCommand {
         /// Directory holding the clusters' state (default ~/.talos/clusters).
         #[arg(long)]
         state: Option<PathBuf>,
+        /// Press each node's ACPI power button and let it shut down cleanly before stopping QEMU.
+        #[arg(long)]
+        graceful: bool,
+        /// How long --graceful waits for the nodes to power off (seconds, or with an s/m suffix).
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        graceful_timeout: Duration,
     },
 }
 
@@ -152,7 +158,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Some(Command::Version { client, short }) => version(&cli.nodes, client, short),
         Some(Command::Cluster { command: ClusterCommand::Create(args) }) => cluster_create(*args),
         Some(Command::Cluster { command: ClusterCommand::Show { name, state } }) => cluster_show(name, state),
-        Some(Command::Cluster { command: ClusterCommand::Destroy { name, state } }) => cluster_destroy(name, state),
+        Some(Command::Cluster { command: ClusterCommand::Destroy { name, state, graceful, graceful_timeout } }) => {
+            cluster_destroy(name, state, graceful.then_some(graceful_timeout))
+        }
     }
 }
 
@@ -266,8 +274,8 @@ fn cluster_show(name: String, state: Option<PathBuf>) -> ExitCode {
     }
 }
 
-fn cluster_destroy(name: String, state: Option<PathBuf>) -> ExitCode {
-    let opts = crate::provision::DestroyOptions { name: name.clone(), state_root: state };
+fn cluster_destroy(name: String, state: Option<PathBuf>, graceful: Option<Duration>) -> ExitCode {
+    let opts = crate::provision::DestroyOptions { name: name.clone(), state_root: state, graceful };
     match crate::provision::destroy(&opts, &mut |line| println!("  {line}")) {
         Ok(dir) => {
             println!("cluster {name:?} destroyed; removed {}", dir.display());

@@ -52,6 +52,9 @@ pub struct Created {
 pub struct DestroyOptions {
     pub name: String,
     pub state_root: Option<PathBuf>,
+    /// Press every node's ACPI power button first and give the nodes this long to shut down
+    /// by themselves before QEMU is told to quit.
+    pub graceful: Option<Duration>,
 }
 
 /// How long `--wait` waits.
@@ -342,6 +345,32 @@ pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(Stri
     Ok((record, status))
 }
 
+/// Presses every running node's power button (QMP `system_powerdown`) and waits until each QEMU
+/// has exited by itself, or `timeout`. Nodes still running afterwards are left to `stop_record`.
+fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(String)) {
+    let start = Instant::now();
+    let mut pending = Vec::new();
+    for node in &record.nodes {
+        let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) else { continue };
+        match host::qmp(&node.qmp_socket, "system_powerdown") {
+            Ok(_) => pending.push((node, pid)),
+            Err(e) => step(format!("{}: pressing the power button over QMP failed: {e}", node.name)),
+        }
+    }
+    for (node, pid) in pending {
+        let left = timeout.saturating_sub(start.elapsed());
+        if host::wait_gone(pid, "qemu", left) {
+            step(format!("{}: powered off by itself after {:.1} s", node.name, start.elapsed().as_secs_f64()));
+        } else {
+            step(format!(
+                "{}: still running {:.0} s after the power button; stopping it",
+                node.name,
+                timeout.as_secs_f64()
+            ));
+        }
+    }
+}
+
 /// Stops a cluster and removes its state directory.
 pub fn destroy(opts: &DestroyOptions, step: &mut dyn FnMut(String)) -> Result<PathBuf, ProvisionError> {
     let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
@@ -349,6 +378,9 @@ pub fn destroy(opts: &DestroyOptions, step: &mut dyn FnMut(String)) -> Result<Pa
         return Err(ProvisionError::NoSuchCluster { name: opts.name.clone(), dir });
     }
     let record = ClusterRecord::read(&dir)?;
+    if let Some(timeout) = opts.graceful {
+        power_down(&record, timeout, step);
+    }
     stop_record(&record, step);
     std::fs::remove_dir_all(&dir).map_err(io_err("removing state directory", &dir))?;
     Ok(dir)
