@@ -6,6 +6,7 @@ pub mod controllers;
 pub mod cosi;
 pub mod kernel;
 pub mod machined;
+pub mod provision;
 pub mod resources;
 pub mod services;
 pub mod version;

@@ -1,7 +1,10 @@
 //! `talosctl`: the workstation CLI. Thin: flags here, work in the library.
 
 use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -33,6 +36,109 @@ enum Command {
         #[arg(long)]
         short: bool,
     },
+    /// Create, destroy local clusters (QEMU, as an ordinary user).
+    Cluster {
+        #[command(subcommand)]
+        command: ClusterCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ClusterCommand {
+    /// Boot a local cluster under QEMU from the built artifacts.
+    Create(Box<CreateArgs>),
+    /// Show a local cluster's nodes: how to reach them, their serial logs, whether they run.
+    Show {
+        /// The cluster's name.
+        #[arg(long, default_value = "talosbox")]
+        name: String,
+        /// Directory holding the clusters' state (default ~/.talos/clusters).
+        #[arg(long)]
+        state: Option<PathBuf>,
+    },
+    /// Stop a local cluster's VMs (and swtpm) and remove its state directory.
+    Destroy {
+        /// The cluster's name.
+        #[arg(long, default_value = "talosbox")]
+        name: String,
+        /// Directory holding the clusters' state (default ~/.talos/clusters).
+        #[arg(long)]
+        state: Option<PathBuf>,
+        /// Press each node's ACPI power button and let it shut down cleanly before stopping QEMU.
+        #[arg(long)]
+        graceful: bool,
+        /// How long --graceful waits for the nodes to power off (seconds, or with an s/m suffix).
+        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        graceful_timeout: Duration,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct CreateArgs {
+    /// The cluster's name (prefixes node names, names the state directory).
+    #[arg(long, default_value = "talosbox")]
+    name: String,
+    /// Directory holding the clusters' state (default ~/.talos/clusters).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Directory with the imager's output (vmlinuz, initramfs.xz, talosbox.efi, disk.raw).
+    #[arg(long, default_value = "_out")]
+    artifacts: PathBuf,
+    /// Boot this kernel directly (default: the artifacts' vmlinuz).
+    #[arg(long)]
+    kernel: Option<PathBuf>,
+    /// The initramfs for direct boot (default: the artifacts' initramfs.xz).
+    #[arg(long)]
+    initrd: Option<PathBuf>,
+    /// Boot this UKI from a FAT ESP under OVMF (implies --with-uefi).
+    #[arg(long)]
+    uki: Option<PathBuf>,
+    /// Boot this GRUB disk image (BIOS unless --with-uefi).
+    #[arg(long)]
+    disk_image: Option<PathBuf>,
+    /// Boot with OVMF (UEFI) instead of SeaBIOS.
+    #[arg(long)]
+    with_uefi: bool,
+    /// Give every node a TPM 2.0 (one swtpm per node).
+    #[arg(long)]
+    with_tpm: bool,
+    /// Appended to the kernel command line (direct boot only).
+    #[arg(long)]
+    extra_kernel_args: Option<String>,
+    /// Number of control plane nodes.
+    #[arg(long, default_value_t = 1)]
+    controlplanes: usize,
+    /// Number of worker nodes.
+    #[arg(long, default_value_t = 0)]
+    workers: usize,
+    /// Memory per node, MiB.
+    #[arg(long, default_value_t = 1024)]
+    memory: u32,
+    /// Size of each node's empty data disk, MiB (0: no data disk).
+    #[arg(long, default_value_t = 0)]
+    disk_size: u64,
+    /// CPUs per node.
+    #[arg(long, default_value_t = 2)]
+    cpus: u32,
+    /// QEMU accelerator (KVM is not usable on every host; TCG always works).
+    #[arg(long, default_value = "tcg")]
+    accel: String,
+    /// Wait until every node's console shows it reached maintenance.
+    #[arg(long)]
+    wait: bool,
+    /// How long --wait waits (seconds, or with an s/m suffix).
+    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    wait_timeout: Duration,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, mult) = match s.strip_suffix('m') {
+        Some(n) => (n, 60),
+        None => (s.strip_suffix('s').unwrap_or(s), 1),
+    };
+    num.parse::<u64>()
+        .map(|n| Duration::from_secs(n * mult))
+        .map_err(|_| format!("{s:?} is not a duration like 90s or 5m"))
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -50,6 +156,135 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::Version { client, short }) => version(&cli.nodes, client, short),
+        Some(Command::Cluster { command: ClusterCommand::Create(args) }) => cluster_create(*args),
+        Some(Command::Cluster { command: ClusterCommand::Show { name, state } }) => cluster_show(name, state),
+        Some(Command::Cluster { command: ClusterCommand::Destroy { name, state, graceful, graceful_timeout } }) => {
+            cluster_destroy(name, state, graceful.then_some(graceful_timeout))
+        }
+    }
+}
+
+fn cluster_create(a: CreateArgs) -> ExitCode {
+    use crate::provision::{CreateOptions, WaitOptions};
+    let state = a.state.clone();
+    let opts = CreateOptions {
+        name: a.name.clone(),
+        state_root: a.state,
+        boot: crate::provision::boot::BootRequest {
+            artifacts: a.artifacts,
+            kernel: a.kernel,
+            initrd: a.initrd,
+            uki: a.uki,
+            disk_image: a.disk_image,
+            with_uefi: a.with_uefi,
+            extra_kernel_args: a.extra_kernel_args,
+        },
+        controlplanes: a.controlplanes,
+        workers: a.workers,
+        memory_mib: a.memory,
+        cpus: a.cpus,
+        with_tpm: a.with_tpm,
+        accel: a.accel,
+        disk_mib: a.disk_size,
+    };
+    let created = match crate::provision::create(&opts, &mut |line| println!("  {line}")) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("talosctl cluster create: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let r = &created.record;
+    print!("{}", r.summary(state.as_deref()));
+    if !a.wait {
+        return ExitCode::SUCCESS;
+    }
+    let tty = std::io::stderr().is_terminal();
+    let mut shown = std::collections::HashSet::new();
+    let mut last_line = Duration::ZERO;
+    let frames = ['|', '/', '-', '\\'];
+    let mut frame = 0usize;
+    let waited = crate::provision::wait_ready(r, &WaitOptions { timeout: a.wait_timeout }, &mut |elapsed, nodes| {
+        use crate::provision::cluster::NodeProgress;
+        let ready = nodes.iter().filter(|(_, p)| matches!(p, NodeProgress::Ready(_))).count();
+        for (name, p) in nodes {
+            if let NodeProgress::Ready(d) = p {
+                if shown.insert(name.clone()) {
+                    if tty {
+                        eprint!("\r\x1b[K");
+                    }
+                    eprintln!("  {name}: maintenance after {:.1} s", d.as_secs_f64());
+                }
+            }
+        }
+        if ready == nodes.len() {
+            return;
+        }
+        let latest = nodes.iter().find_map(|(n, p)| match p {
+            NodeProgress::Booting(Some(l)) => Some(format!("{n}: {l}")),
+            _ => None,
+        });
+        let status = format!(
+            "waiting for {}/{} nodes to reach maintenance ({:.0} s){}",
+            nodes.len() - ready,
+            nodes.len(),
+            elapsed.as_secs_f64(),
+            latest.map(|l| format!(" — {l}")).unwrap_or_default()
+        );
+        if tty {
+            frame = (frame + 1) % frames.len();
+            eprint!("\r\x1b[K{} {status}", frames[frame]);
+            let _ = std::io::stderr().flush();
+        } else if elapsed >= last_line + Duration::from_secs(10) {
+            last_line = elapsed;
+            eprintln!("  {status}");
+        }
+    });
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    match waited {
+        Ok(ready) => {
+            let slowest = ready.iter().map(|(_, d)| *d).max().unwrap_or_default();
+            println!("all {} node(s) reached maintenance in {:.1} s", ready.len(), slowest.as_secs_f64());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("talosctl cluster create: {e}");
+            let state = state.map(|s| format!(" --state {}", s.display())).unwrap_or_default();
+            eprintln!("the cluster is still running; destroy with: talosctl cluster destroy --name {}{state}", r.name);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cluster_show(name: String, state: Option<PathBuf>) -> ExitCode {
+    match crate::provision::show(&name, state.as_deref()) {
+        Ok((record, status)) => {
+            print!("{}", record.summary(state.as_deref()));
+            for (node, line) in status {
+                println!("{node}: {line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("talosctl cluster show: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cluster_destroy(name: String, state: Option<PathBuf>, graceful: Option<Duration>) -> ExitCode {
+    let opts = crate::provision::DestroyOptions { name: name.clone(), state_root: state, graceful };
+    match crate::provision::destroy(&opts, &mut |line| println!("  {line}")) {
+        Ok(dir) => {
+            println!("cluster {name:?} destroyed; removed {}", dir.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("talosctl cluster destroy: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -1,0 +1,238 @@
+//! Addresses for a cluster: node names, MACs, the LAN's multicast group and port, and free
+//! loopback ports for the forwarded API. Everything but [`free_ports`] is a pure function of the
+//! cluster name (and of the groups other clusters already hold), so a cluster's addresses are
+//! predictable and two clusters do not share a LAN.
+//!
+//! Never allocates anything outside 127.0.0.1 and the administratively chosen 230.0.0.0/8 range.
+
+use std::fmt;
+use std::net::{Ipv4Addr, TcpListener};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::ProvisionError;
+
+/// The node roles Talos knows; a role decides the node's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Controlplane,
+    Worker,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Controlplane => "controlplane",
+            Role::Worker => "worker",
+        })
+    }
+}
+
+/// The most nodes one cluster may have: keeps the node index inside one MAC octet with room.
+pub const MAX_NODES: usize = 64;
+
+/// A cluster name is a DNS-label-like word, because it prefixes node (host) names.
+pub fn validate_name(name: &str) -> Result<(), ProvisionError> {
+    let ok = (1..=40).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+        && !name.ends_with('-');
+    if ok { Ok(()) } else { Err(ProvisionError::InvalidName { name: name.to_string() }) }
+}
+
+/// Node names and roles in boot order: control planes first, as Talos names them
+/// (`<cluster>-controlplane-1`, `<cluster>-worker-1`).
+pub fn node_names(cluster: &str, controlplanes: usize, workers: usize) -> Result<Vec<(String, Role)>, ProvisionError> {
+    if controlplanes == 0 {
+        return Err(ProvisionError::InvalidNodeCount("a cluster needs at least one control plane node".into()));
+    }
+    if controlplanes + workers > MAX_NODES {
+        return Err(ProvisionError::InvalidNodeCount(format!(
+            "{} nodes asked, at most {MAX_NODES} per cluster",
+            controlplanes + workers
+        )));
+    }
+    let cp = (1..=controlplanes).map(|i| (format!("{cluster}-controlplane-{i}"), Role::Controlplane));
+    let w = (1..=workers).map(|i| (format!("{cluster}-worker-{i}"), Role::Worker));
+    Ok(cp.chain(w).collect())
+}
+
+/// 64-bit FNV-1a: small, stable across releases and platforms (unlike `DefaultHasher`).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// An Ethernet address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mac(pub [u8; 6]);
+
+impl fmt::Display for Mac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [a, b, c, d, e, g] = self.0;
+        write!(f, "{a:02x}:{b:02x}:{c:02x}:{d:02x}:{e:02x}:{g:02x}")
+    }
+}
+
+/// Which of a node's two NICs a MAC is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nic {
+    /// User-mode network carrying the forwarded API port.
+    Api = 0,
+    /// The shared node-to-node LAN.
+    Lan = 1,
+}
+
+/// A node's MAC: QEMU's locally administered unicast prefix `52:54`, two bytes of the cluster
+/// name's hash, the NIC, and the node index (1-based). Distinct per node, NIC and (almost surely)
+/// cluster.
+pub fn mac(cluster: &str, nic: Nic, index: usize) -> Mac {
+    let h = fnv1a(cluster.as_bytes()).to_be_bytes();
+    // Node counts are capped at MAX_NODES, so the index fits an octet.
+    let idx = u8::try_from(index + 1).unwrap_or(u8::MAX);
+    Mac([0x52, 0x54, h[0], h[1], nic as u8, idx])
+}
+
+/// The multicast group and UDP port a cluster's LAN uses (QEMU `-netdev socket,mcast=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mcast {
+    pub group: Ipv4Addr,
+    pub port: u16,
+}
+
+impl fmt::Display for Mcast {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.group, self.port)
+    }
+}
+
+impl FromStr for Mcast {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (g, p) = s.rsplit_once(':').ok_or_else(|| format!("{s:?} is not GROUP:PORT"))?;
+        let group: Ipv4Addr = g.parse().map_err(|e| format!("{g:?}: {e}"))?;
+        let port: u16 = p.parse().map_err(|e| format!("{p:?}: {e}"))?;
+        Ok(Mcast { group, port })
+    }
+}
+
+impl Serialize for Mcast {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mcast {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The LAN address for `cluster`: derived from the name's hash, stepping to the next candidate
+/// while the group or the port is already `taken` by another cluster.
+pub fn mcast(cluster: &str, taken: &[Mcast]) -> Mcast {
+    let base = fnv1a(cluster.as_bytes());
+    let mut attempt: u64 = 0;
+    loop {
+        let h = base.wrapping_add(attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15)).to_be_bytes();
+        let candidate = Mcast {
+            group: Ipv4Addr::new(230, h[0], h[1], 1 + h[2] % 254),
+            port: 20000 + u16::from_be_bytes([h[3], h[4]]) % 20000,
+        };
+        if !taken.iter().any(|t| t.group == candidate.group || t.port == candidate.port) {
+            return candidate;
+        }
+        attempt += 1;
+    }
+}
+
+/// `n` distinct free TCP ports on 127.0.0.1, found by binding port 0. The ports are released
+/// before QEMU binds them, so another program could take one in between; QEMU then fails to
+/// start and says so.
+pub fn free_ports(n: usize) -> Result<Vec<u16>, ProvisionError> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ProvisionError::Port)?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ProvisionError::Port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_valid_and_invalid() {
+        for ok in ["talosbox", "a", "dev-1", "x0-y1"] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "1abc", "Abc", "a_b", "a b", "a-", "a/b", &"a".repeat(41)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn node_names_in_talos_style() {
+        let names = node_names("dev", 2, 1).unwrap();
+        let names: Vec<_> = names.iter().map(|(n, r)| format!("{n}/{r}")).collect();
+        assert_eq!(
+            names,
+            ["dev-controlplane-1/controlplane", "dev-controlplane-2/controlplane", "dev-worker-1/worker"]
+        );
+        assert!(node_names("dev", 0, 1).is_err());
+        assert!(node_names("dev", 1, MAX_NODES).is_err());
+    }
+
+    #[test]
+    fn fnv_known_values() {
+        // Published FNV-1a 64 test vectors.
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn macs_are_distinct_and_locally_administered() {
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..MAX_NODES {
+            for nic in [Nic::Api, Nic::Lan] {
+                let m = mac("dev", nic, i);
+                assert_eq!(m.0[0] & 0b11, 0b10, "unicast, locally administered: {m}");
+                assert!(seen.insert(m.0), "duplicate {m}");
+            }
+        }
+        assert_ne!(mac("dev", Nic::Lan, 0), mac("prod", Nic::Lan, 0));
+        assert_eq!(mac("dev", Nic::Lan, 0).to_string(), "52:54:ca:9a:01:01");
+    }
+
+    #[test]
+    fn mcast_is_stable_multicast_and_avoids_taken() {
+        let a = mcast("dev", &[]);
+        assert_eq!(a, mcast("dev", &[]));
+        assert!(a.group.is_multicast());
+        assert_eq!(a.group.octets()[0], 230);
+        assert!((20000..40000).contains(&a.port));
+        let b = mcast("dev", &[a]);
+        assert_ne!(a.group, b.group);
+        assert_ne!(a.port, b.port);
+        let same_port = Mcast { group: Ipv4Addr::new(230, 9, 9, 9), port: a.port };
+        assert_ne!(mcast("dev", &[same_port]).port, a.port);
+        assert_eq!(a.to_string().parse::<Mcast>().unwrap(), a);
+        assert!("230.1.1.1".parse::<Mcast>().is_err());
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_bindable() {
+        let ports = free_ports(4).unwrap();
+        let set: std::collections::HashSet<_> = ports.iter().collect();
+        assert_eq!(set.len(), 4);
+        for p in ports {
+            assert!(p > 0);
+            TcpListener::bind((Ipv4Addr::LOCALHOST, p)).unwrap();
+        }
+    }
+}

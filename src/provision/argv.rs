@@ -1,0 +1,221 @@
+//! The command lines the provisioner runs: one QEMU per node and one swtpm per node with a TPM.
+//! Pure functions of a [`NodeLaunch`]; golden files under `golden/` pin every argument.
+//!
+//! Never decides anything about the host here (paths, ports and addresses come in resolved).
+
+use std::path::{Path, PathBuf};
+
+use super::alloc::{Mac, Mcast};
+
+/// The OVMF firmware Debian's `ovmf` package installs: code (read-only) and the variable-store
+/// template each node gets its own copy of.
+pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// How the node finds its kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Media {
+    /// QEMU loads kernel and initramfs itself (`-kernel -initrd -append`).
+    Direct { kernel: PathBuf, initrd: PathBuf, cmdline: String },
+    /// A bootable disk (the GRUB disk or the UKI's ESP), attached with `snapshot=on` so writes go
+    /// to a temporary overlay and the image stays as built.
+    Disk { image: PathBuf },
+}
+
+/// Everything one node's QEMU needs, already allocated.
+#[derive(Debug, Clone)]
+pub struct NodeLaunch {
+    pub name: String,
+    pub accel: String,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub media: Media,
+    /// The node's own copy of the OVMF variable store; `None` boots SeaBIOS.
+    pub ovmf_vars: Option<PathBuf>,
+    pub api_port: u16,
+    pub api_mac: Mac,
+    pub lan: Mcast,
+    pub lan_mac: Mac,
+    /// swtpm's control socket, when the node has a TPM.
+    pub tpm_socket: Option<PathBuf>,
+    /// The node's own empty disk (raw, sparse), for the volumes it creates; written in place.
+    pub data_disk: Option<PathBuf>,
+    pub serial_log: PathBuf,
+    pub pid_file: PathBuf,
+    pub qmp_socket: PathBuf,
+}
+
+/// The API port inside the node that the forward reaches.
+pub const NODE_API_PORT: u16 = 50000;
+
+/// Paths inside a QEMU option list: a comma would end the value, and QEMU escapes it by doubling.
+fn opt(p: &Path) -> String {
+    p.to_string_lossy().replace(',', ",,")
+}
+
+/// QEMU's arguments (without the program name) for one node, run detached.
+pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    push(&["-name", &n.name]);
+    push(&["-accel", &n.accel]);
+    push(&["-m", &n.memory_mib.to_string(), "-smp", &n.cpus.to_string()]);
+    // Detached: no display, no monitor on stdio; the serial console goes to the log file and QMP
+    // to a socket `cluster destroy` uses.
+    push(&["-display", "none", "-monitor", "none", "-parallel", "none"]);
+    push(&["-serial", &format!("file:{}", n.serial_log.to_string_lossy())]);
+    push(&["-qmp", &format!("unix:{},server=on,wait=off", opt(&n.qmp_socket))]);
+    push(&["-daemonize", "-pidfile", &n.pid_file.to_string_lossy()]);
+    if let Some(vars) = &n.ovmf_vars {
+        push(&["-drive", &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}")]);
+        push(&["-drive", &format!("if=pflash,format=raw,unit=1,file={}", opt(vars))]);
+    }
+    match &n.media {
+        Media::Direct { kernel, initrd, cmdline } => {
+            push(&["-kernel", &kernel.to_string_lossy(), "-initrd", &initrd.to_string_lossy()]);
+            push(&["-append", cmdline]);
+        }
+        Media::Disk { image } => {
+            push(&["-drive", &format!("if=virtio,format=raw,snapshot=on,file={}", opt(image))]);
+        }
+    }
+    if let Some(disk) = &n.data_disk {
+        push(&["-drive", &format!("if=virtio,format=raw,file={}", opt(disk))]);
+    }
+    // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
+    // forward, and restrict=on keeps the node off the host's networks.
+    push(&["-netdev", &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}", n.api_port)]);
+    // romfile= skips the iPXE option ROM: nodes never network-boot and it costs seconds under TCG.
+    push(&["-device", &format!("virtio-net-pci,netdev=api,mac={},romfile=", n.api_mac)]);
+    // NIC 2: the cluster's LAN, one multicast group shared by every node's QEMU over loopback.
+    push(&["-netdev", &format!("socket,id=lan,mcast={},localaddr=127.0.0.1", n.lan)]);
+    push(&["-device", &format!("virtio-net-pci,netdev=lan,mac={},romfile=", n.lan_mac)]);
+    if let Some(sock) = &n.tpm_socket {
+        push(&["-chardev", &format!("socket,id=tpmchr,path={}", opt(sock))]);
+        push(&["-tpmdev", "emulator,id=tpm0,chardev=tpmchr", "-device", "tpm-tis,tpmdev=tpm0"]);
+    }
+    push(&["-device", "virtio-rng-pci"]);
+    a
+}
+
+/// Where one node's swtpm keeps its state, socket, pid and log.
+#[derive(Debug, Clone)]
+pub struct SwtpmLaunch {
+    pub state_dir: PathBuf,
+    pub socket: PathBuf,
+    pub pid_file: PathBuf,
+    pub log: PathBuf,
+}
+
+/// swtpm's arguments: a TPM 2.0 behind a unix control socket, detached, ending itself when QEMU
+/// closes the connection.
+pub fn swtpm_argv(t: &SwtpmLaunch) -> Vec<String> {
+    vec![
+        "socket".into(),
+        "--tpm2".into(),
+        "--tpmstate".into(),
+        format!("dir={}", opt(&t.state_dir)),
+        "--ctrl".into(),
+        format!("type=unixio,path={}", opt(&t.socket)),
+        "--flags".into(),
+        "startup-clear".into(),
+        "--pid".into(),
+        format!("file={}", opt(&t.pid_file)),
+        "--log".into(),
+        format!("file={},level=1", opt(&t.log)),
+        "--terminate".into(),
+        "--daemon".into(),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provision::alloc::{Nic, mac, mcast};
+
+    fn node(media: Media, uefi: bool, tpm: bool) -> NodeLaunch {
+        let dir = PathBuf::from("/home/u/.talos/clusters/dev");
+        NodeLaunch {
+            name: "dev-controlplane-1".into(),
+            accel: "tcg".into(),
+            memory_mib: 1024,
+            cpus: 2,
+            media,
+            ovmf_vars: uefi.then(|| dir.join("dev-controlplane-1.vars.fd")),
+            api_port: 40123,
+            api_mac: mac("dev", Nic::Api, 0),
+            lan: mcast("dev", &[]),
+            lan_mac: mac("dev", Nic::Lan, 0),
+            tpm_socket: tpm.then(|| dir.join("controlplane-1.tpm/swtpm.sock")),
+            data_disk: None,
+            serial_log: dir.join("dev-controlplane-1.log"),
+            pid_file: dir.join("dev-controlplane-1.pid"),
+            qmp_socket: dir.join("controlplane-1.qmp"),
+        }
+    }
+
+    fn direct() -> Media {
+        Media::Direct {
+            kernel: "/src/_out/vmlinuz".into(),
+            initrd: "/src/_out/initramfs.xz".into(),
+            cmdline: crate::provision::boot::DEFAULT_CMDLINE.into(),
+        }
+    }
+
+    /// Compares with a golden file (one argument per line); `UPDATE_GOLDEN=1` rewrites it.
+    fn golden(name: &str, argv: &[String]) {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/provision/golden").join(name);
+        let got = argv.join("\n") + "\n";
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&path, &got).unwrap();
+        }
+        let want = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(got, want, "golden {} differs (UPDATE_GOLDEN=1 rewrites it)", path.display());
+    }
+
+    #[test]
+    fn golden_direct_bios() {
+        golden("direct-bios.argv", &qemu_argv(&node(direct(), false, false)));
+    }
+
+    #[test]
+    fn golden_uki_uefi_tpm() {
+        let esp = Media::Disk { image: "/home/u/.talos/clusters/dev/esp.img".into() };
+        golden("uki-uefi-tpm.argv", &qemu_argv(&node(esp, true, true)));
+    }
+
+    #[test]
+    fn golden_disk_bios_and_uefi() {
+        let disk = Media::Disk { image: "/src/_out/disk.raw".into() };
+        golden("disk-bios.argv", &qemu_argv(&node(disk.clone(), false, false)));
+        golden("disk-uefi.argv", &qemu_argv(&node(disk, true, false)));
+    }
+
+    #[test]
+    fn golden_direct_uefi_with_data_disk() {
+        let mut n = node(direct(), true, false);
+        n.data_disk = Some("/home/u/.talos/clusters/dev/dev-controlplane-1.disk".into());
+        golden("direct-uefi-disk.argv", &qemu_argv(&n));
+    }
+
+    #[test]
+    fn golden_swtpm() {
+        let d = PathBuf::from("/home/u/.talos/clusters/dev/controlplane-1.tpm");
+        let t = SwtpmLaunch {
+            state_dir: d.clone(),
+            socket: d.join("swtpm.sock"),
+            pid_file: d.join("swtpm.pid"),
+            log: d.join("swtpm.log"),
+        };
+        golden("swtpm.argv", &swtpm_argv(&t));
+    }
+
+    #[test]
+    fn commas_in_paths_are_escaped() {
+        let mut n = node(Media::Disk { image: "/tmp/a,b/disk.raw".into() }, false, false);
+        n.qmp_socket = "/tmp/a,b/q".into();
+        let argv = qemu_argv(&n);
+        assert!(argv.contains(&"if=virtio,format=raw,snapshot=on,file=/tmp/a,,b/disk.raw".to_string()));
+        assert!(argv.contains(&"unix:/tmp/a,,b/q,server=on,wait=off".to_string()));
+    }
+}

@@ -1,0 +1,520 @@
+//! Creating, waiting for and destroying a cluster: the effects around the pure plan. `create`
+//! writes the record first, then starts swtpm and QEMU per node; if any start fails it stops
+//! whatever it already started and removes the directory, so a failed create leaves nothing.
+//!
+//! Never removes a directory that holds no cluster record, and never leaves a process running
+//! that the record does not name.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::alloc::{self, Nic};
+use super::argv::{self, Media, NodeLaunch, SwtpmLaunch};
+use super::boot::{self, BootPlan, BootRequest};
+use super::host::{self, Tool};
+use super::state::{self, ClusterRecord, NodeRecord};
+use super::{ProvisionError, io_err};
+
+/// The serial-console line that says machined reached maintenance: the node is up.
+pub const READY_MARKER: &str = "[talosbox] stage: maintenance";
+/// Serial-console lines that say the node will not get there.
+pub const FAILURE_MARKERS: &[&str] = &["[talosbox] init: FAILED", "Kernel panic", "end Kernel panic"];
+
+/// `talosctl cluster create`'s options, flags already parsed.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    pub name: String,
+    /// Parent of the cluster directory; `None` is `~/.talos/clusters`.
+    pub state_root: Option<PathBuf>,
+    pub boot: BootRequest,
+    pub controlplanes: usize,
+    pub workers: usize,
+    pub memory_mib: u32,
+    pub cpus: u32,
+    pub with_tpm: bool,
+    pub accel: String,
+    /// Size of each node's empty data disk in MiB; 0 gives nodes no data disk.
+    pub disk_mib: u64,
+}
+
+/// What `create` made.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub dir: PathBuf,
+    pub plan: BootPlan,
+    pub record: ClusterRecord,
+}
+
+/// `talosctl cluster destroy`'s options.
+#[derive(Debug, Clone)]
+pub struct DestroyOptions {
+    pub name: String,
+    pub state_root: Option<PathBuf>,
+    /// Press every node's ACPI power button first and give the nodes this long to shut down
+    /// by themselves before QEMU is told to quit.
+    pub graceful: Option<Duration>,
+}
+
+/// How long `--wait` waits.
+#[derive(Debug, Clone)]
+pub struct WaitOptions {
+    pub timeout: Duration,
+}
+
+fn cluster_dir(name: &str, root: Option<&Path>) -> Result<PathBuf, ProvisionError> {
+    alloc::validate_name(name)?;
+    let root = match root {
+        Some(r) => r.to_path_buf(),
+        None => state::default_root()?,
+    };
+    let root = std::path::absolute(&root).map_err(io_err("resolving", &root))?;
+    Ok(root.join(name))
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, ProvisionError> {
+    // QEMU chdirs to / when it daemonizes: every path it gets must be absolute.
+    let abs = std::path::absolute(p).map_err(io_err("resolving", p))?;
+    if abs.to_str().is_none() {
+        return Err(ProvisionError::NonUtf8Path { path: abs });
+    }
+    Ok(abs)
+}
+
+fn check_socket(path: &Path) -> Result<(), ProvisionError> {
+    let len = path.as_os_str().len();
+    if len > 107 {
+        return Err(ProvisionError::SocketPathTooLong { path: path.to_path_buf(), len });
+    }
+    Ok(())
+}
+
+fn absolute_plan(plan: BootPlan) -> Result<BootPlan, ProvisionError> {
+    Ok(match plan {
+        BootPlan::Direct { kernel, initrd, cmdline, uefi } => {
+            BootPlan::Direct { kernel: absolute(&kernel)?, initrd: absolute(&initrd)?, cmdline, uefi }
+        }
+        BootPlan::Uki { uki } => BootPlan::Uki { uki: absolute(&uki)? },
+        BootPlan::Disk { image, uefi } => BootPlan::Disk { image: absolute(&image)?, uefi },
+    })
+}
+
+/// Boots the cluster's nodes detached and returns once every QEMU is running (not yet booted:
+/// see [`wait_ready`]). `step` receives one line per step.
+pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Created, ProvisionError> {
+    let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
+    let names = alloc::node_names(&opts.name, opts.controlplanes, opts.workers)?;
+    let plan = absolute_plan(boot::resolve(&opts.boot, &|p: &Path| p.is_file())?)?;
+
+    let mut tools: Vec<Tool> = vec![host::QEMU];
+    if opts.with_tpm {
+        tools.push(host::SWTPM);
+    }
+    if matches!(plan, BootPlan::Uki { .. }) {
+        tools.extend([host::MKFS_FAT, host::MMD, host::MCOPY]);
+    }
+    let firmware: &[(&str, &'static str)] =
+        if plan.uefi() { &[(argv::OVMF_CODE, "ovmf"), (argv::OVMF_VARS, "ovmf")] } else { &[] };
+    host::check_tools(&tools, firmware)?;
+
+    if dir.exists() {
+        return Err(ProvisionError::AlreadyExists { name: opts.name.clone(), dir });
+    }
+    if dir.to_str().is_none() {
+        return Err(ProvisionError::NonUtf8Path { path: dir });
+    }
+    let root = dir.parent().map(Path::to_path_buf).unwrap_or_default();
+    let lan = alloc::mcast(&opts.name, &state::taken_lans(&root));
+    let ports = alloc::free_ports(names.len())?;
+    let mut launches = Vec::new();
+    let mut nodes = Vec::new();
+    let media = match &plan {
+        BootPlan::Direct { kernel, initrd, cmdline, .. } => {
+            Media::Direct { kernel: kernel.clone(), initrd: initrd.clone(), cmdline: cmdline.clone() }
+        }
+        BootPlan::Uki { .. } => Media::Disk { image: dir.join("esp.img") },
+        BootPlan::Disk { image, .. } => Media::Disk { image: image.clone() },
+    };
+    for (i, ((name, role), port)) in names.iter().zip(&ports).enumerate() {
+        // Unix sockets live under short names (the directory already names the cluster): their
+        // paths must fit in 107 bytes.
+        let short = name.strip_prefix(&format!("{}-", opts.name)).unwrap_or(name);
+        let tpm = opts.with_tpm.then(|| {
+            let d = dir.join(format!("{short}.tpm"));
+            SwtpmLaunch {
+                socket: d.join("swtpm.sock"),
+                pid_file: d.join("swtpm.pid"),
+                log: d.join("swtpm.log"),
+                state_dir: d,
+            }
+        });
+        let launch = NodeLaunch {
+            name: name.clone(),
+            accel: opts.accel.clone(),
+            memory_mib: opts.memory_mib,
+            cpus: opts.cpus,
+            media: media.clone(),
+            ovmf_vars: plan.uefi().then(|| dir.join(format!("{name}.vars.fd"))),
+            api_port: *port,
+            api_mac: alloc::mac(&opts.name, Nic::Api, i),
+            lan,
+            lan_mac: alloc::mac(&opts.name, Nic::Lan, i),
+            tpm_socket: tpm.as_ref().map(|t| t.socket.clone()),
+            data_disk: (opts.disk_mib > 0).then(|| dir.join(format!("{name}.disk"))),
+            serial_log: dir.join(format!("{name}.log")),
+            pid_file: dir.join(format!("{name}.pid")),
+            qmp_socket: dir.join(format!("{short}.qmp")),
+        };
+        check_socket(&launch.qmp_socket)?;
+        if let Some(t) = &tpm {
+            check_socket(&t.socket)?;
+        }
+        nodes.push(NodeRecord {
+            name: name.clone(),
+            role: *role,
+            api_port: *port,
+            api_mac: launch.api_mac.to_string(),
+            lan_mac: launch.lan_mac.to_string(),
+            serial_log: launch.serial_log.clone(),
+            pid_file: launch.pid_file.clone(),
+            qmp_socket: launch.qmp_socket.clone(),
+            swtpm_pid_file: tpm.as_ref().map(|t| t.pid_file.clone()),
+            data_disk: launch.data_disk.clone(),
+        });
+        launches.push((launch, tpm));
+    }
+    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let record = ClusterRecord { name: opts.name.clone(), created, boot: plan.to_string(), lan, nodes };
+    // Everything that can be checked without effects has been: only now does the directory appear.
+    std::fs::create_dir_all(&dir).map_err(io_err("creating state directory", &dir))?;
+    step(format!("state directory {}", dir.display()));
+    if let Err(e) = record.write(&dir) {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+
+    let started = start_all(&dir, &plan, &launches, opts.disk_mib, step);
+    if let Err(e) = started {
+        step("start failed: stopping what was started and removing the state directory".to_string());
+        stop_record(&record, &mut |_| {});
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+    Ok(Created { dir, plan, record })
+}
+
+fn start_all(
+    dir: &Path,
+    plan: &BootPlan,
+    launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
+    disk_mib: u64,
+    step: &mut dyn FnMut(String),
+) -> Result<(), ProvisionError> {
+    if let BootPlan::Uki { uki } = plan {
+        let esp = dir.join("esp.img");
+        step(format!("building the ESP {} holding {} (mkfs.fat, mtools)", esp.display(), uki.display()));
+        host::build_esp(uki, &esp)?;
+    }
+    for (node, tpm) in launches {
+        if let Some(vars) = &node.ovmf_vars {
+            std::fs::copy(argv::OVMF_VARS, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
+        }
+        if let Some(disk) = &node.data_disk {
+            // Sparse: the host spends space only for what the node writes.
+            let file = File::create(disk).map_err(io_err("creating data disk", disk))?;
+            file.set_len(disk_mib * 1024 * 1024).map_err(io_err("sizing data disk", disk))?;
+        }
+        if let Some(t) = tpm {
+            start_swtpm(&node.name, t)?;
+            step(format!("{}: swtpm started ({})", node.name, t.socket.display()));
+        }
+        start_qemu(node)?;
+        step(format!("{}: QEMU started, API forwarded to 127.0.0.1:{}", node.name, node.api_port));
+    }
+    Ok(())
+}
+
+fn start_swtpm(node: &str, t: &SwtpmLaunch) -> Result<(), ProvisionError> {
+    std::fs::create_dir_all(&t.state_dir).map_err(io_err("creating the TPM state directory", &t.state_dir))?;
+    let program = host::which(host::SWTPM.name).unwrap_or_else(|| PathBuf::from(host::SWTPM.name));
+    let out = Command::new(program)
+        .args(argv::swtpm_argv(t))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| ProvisionError::Spawn { tool: "swtpm".into(), source })?;
+    if !out.status.success() {
+        return Err(ProvisionError::SwtpmStart {
+            node: node.to_string(),
+            detail: format!("exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+        });
+    }
+    // swtpm daemonizes after creating its socket, but give the filesystem a moment regardless.
+    let start = Instant::now();
+    while !t.socket.exists() {
+        if start.elapsed() > Duration::from_secs(5) {
+            return Err(ProvisionError::SwtpmStart {
+                node: node.to_string(),
+                detail: format!("no control socket at {} after 5 s (log: {})", t.socket.display(), t.log.display()),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn start_qemu(node: &NodeLaunch) -> Result<(), ProvisionError> {
+    let program = host::which(host::QEMU.name).unwrap_or_else(|| PathBuf::from(host::QEMU.name));
+    // QEMU's own complaints before it daemonizes go here; afterwards its stdio is /dev/null.
+    let err_path = node.serial_log.with_extension("qemu.err");
+    let err = File::create(&err_path).map_err(io_err("creating", &err_path))?;
+    let status = Command::new(program)
+        .args(argv::qemu_argv(node))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .status()
+        .map_err(|source| ProvisionError::Spawn { tool: host::QEMU.name.into(), source })?;
+    if !status.success() {
+        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+        return Err(ProvisionError::QemuStart {
+            node: node.name.clone(),
+            status: status.to_string(),
+            stderr: stderr.trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Stops every process the record names: QEMU through QMP `quit` (then SIGTERM/SIGKILL if it
+/// lingers), swtpm with SIGTERM. `step` gets a line per process.
+fn stop_record(record: &ClusterRecord, step: &mut dyn FnMut(String)) {
+    for node in &record.nodes {
+        if let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) {
+            let asked = host::qmp(&node.qmp_socket, "quit").is_ok();
+            let gone = (asked && host::wait_gone(pid, "qemu", Duration::from_secs(5)))
+                || host::terminate(pid, "qemu", Duration::from_secs(5));
+            step(format!(
+                "{}: QEMU (pid {}) {}",
+                node.name,
+                pid.as_raw_nonzero(),
+                if gone { "stopped" } else { "would not stop" }
+            ));
+        }
+        if let Some(pid) = node.swtpm_pid_file.as_deref().and_then(host::read_pid) {
+            // swtpm --terminate usually leaves with QEMU; stop it if it did not.
+            if host::is_ours(pid, "swtpm") {
+                let gone = host::terminate(pid, "swtpm", Duration::from_secs(3));
+                step(format!(
+                    "{}: swtpm (pid {}) {}",
+                    node.name,
+                    pid.as_raw_nonzero(),
+                    if gone { "stopped" } else { "would not stop" }
+                ));
+            }
+        }
+    }
+}
+
+/// Reads a cluster's record and, per node, a line saying whether its QEMU runs and the last
+/// `[talosbox]` line on its console.
+pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(String, String)>), ProvisionError> {
+    let dir = cluster_dir(name, root)?;
+    if !dir.join(state::RECORD).is_file() {
+        return Err(ProvisionError::NoSuchCluster { name: name.to_string(), dir });
+    }
+    let record = ClusterRecord::read(&dir)?;
+    let status = record
+        .nodes
+        .iter()
+        .map(|n| {
+            let running = host::read_pid(&n.pid_file)
+                .filter(|p| host::is_ours(*p, "qemu"))
+                .map(|p| format!("running (QEMU pid {})", p.as_raw_nonzero()))
+                .unwrap_or_else(|| "not running".to_string());
+            let log = String::from_utf8_lossy(&std::fs::read(&n.serial_log).unwrap_or_default()).replace('\r', "");
+            let console = match judge_log(&log) {
+                NodeProgress::Ready(_) => READY_MARKER.to_string(),
+                NodeProgress::Failed(why) => format!("failed: {why}"),
+                NodeProgress::Booting(Some(last)) => last,
+                NodeProgress::Booting(None) => "no talosbox output yet".to_string(),
+            };
+            (n.name.clone(), format!("{running}; console: {console}"))
+        })
+        .collect();
+    Ok((record, status))
+}
+
+/// Presses every running node's power button (QMP `system_powerdown`) and waits until each QEMU
+/// has exited by itself, or `timeout`. Nodes still running afterwards are left to `stop_record`.
+fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(String)) {
+    let start = Instant::now();
+    let mut pending = Vec::new();
+    for node in &record.nodes {
+        let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) else { continue };
+        match host::qmp(&node.qmp_socket, "system_powerdown") {
+            Ok(_) => pending.push((node, pid)),
+            Err(e) => step(format!("{}: pressing the power button over QMP failed: {e}", node.name)),
+        }
+    }
+    for (node, pid) in pending {
+        let left = timeout.saturating_sub(start.elapsed());
+        if host::wait_gone(pid, "qemu", left) {
+            step(format!("{}: powered off by itself after {:.1} s", node.name, start.elapsed().as_secs_f64()));
+        } else {
+            step(format!(
+                "{}: still running {:.0} s after the power button; stopping it",
+                node.name,
+                timeout.as_secs_f64()
+            ));
+        }
+    }
+}
+
+/// Stops a cluster and removes its state directory.
+pub fn destroy(opts: &DestroyOptions, step: &mut dyn FnMut(String)) -> Result<PathBuf, ProvisionError> {
+    let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
+    if !dir.join(state::RECORD).is_file() {
+        return Err(ProvisionError::NoSuchCluster { name: opts.name.clone(), dir });
+    }
+    let record = ClusterRecord::read(&dir)?;
+    if let Some(timeout) = opts.graceful {
+        power_down(&record, timeout, step);
+    }
+    stop_record(&record, step);
+    std::fs::remove_dir_all(&dir).map_err(io_err("removing state directory", &dir))?;
+    Ok(dir)
+}
+
+/// One node's progress while waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeProgress {
+    /// Still booting; the last `[talosbox]` line seen, if any.
+    Booting(Option<String>),
+    /// Reached maintenance after this long (from the start of the wait).
+    Ready(Duration),
+    /// Will not get there: why.
+    Failed(String),
+}
+
+/// What a serial log says about a node. Pure, so it is tested on text.
+pub fn judge_log(log: &str) -> NodeProgress {
+    if log.contains(READY_MARKER) {
+        return NodeProgress::Ready(Duration::ZERO);
+    }
+    if let Some(line) = log.lines().find(|l| FAILURE_MARKERS.iter().any(|m| l.contains(m))) {
+        return NodeProgress::Failed(line.trim().to_string());
+    }
+    let last = log.lines().rev().find(|l| l.contains("[talosbox]")).map(|l| l.trim().to_string());
+    NodeProgress::Booting(last)
+}
+
+/// The last `n` lines of a text.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Each node's name and progress, in record order.
+pub type Progress = [(String, NodeProgress)];
+
+/// Polls every node's serial log until each shows [`READY_MARKER`]; fails early when a node's
+/// QEMU exits or its console shows a failure, and at the timeout. `tick` sees the progress of
+/// every node about four times a second. The error carries the tail of each unready node's log.
+pub fn wait_ready(
+    record: &ClusterRecord,
+    opts: &WaitOptions,
+    tick: &mut dyn FnMut(Duration, &Progress),
+) -> Result<Vec<(String, Duration)>, ProvisionError> {
+    let start = Instant::now();
+    let mut progress: Vec<(String, NodeProgress)> =
+        record.nodes.iter().map(|n| (n.name.clone(), NodeProgress::Booting(None))).collect();
+    loop {
+        let elapsed = start.elapsed();
+        for (node, (_, p)) in record.nodes.iter().zip(progress.iter_mut()) {
+            if matches!(p, NodeProgress::Ready(_)) {
+                continue;
+            }
+            let log = String::from_utf8_lossy(&std::fs::read(&node.serial_log).unwrap_or_default()).replace('\r', "");
+            *p = match judge_log(&log) {
+                NodeProgress::Ready(_) => NodeProgress::Ready(elapsed),
+                NodeProgress::Booting(last) => {
+                    let alive = host::read_pid(&node.pid_file).is_some_and(|pid| host::is_ours(pid, "qemu"));
+                    if alive { NodeProgress::Booting(last) } else { NodeProgress::Failed("QEMU exited".to_string()) }
+                }
+                failed => failed,
+            };
+        }
+        tick(elapsed, &progress);
+        let failed = progress.iter().any(|(_, p)| matches!(p, NodeProgress::Failed(_)));
+        let timed_out = elapsed >= opts.timeout;
+        if failed || timed_out {
+            return Err(ProvisionError::NotReady(not_ready_report(record, &progress, elapsed, timed_out)));
+        }
+        if progress.iter().all(|(_, p)| matches!(p, NodeProgress::Ready(_))) {
+            return Ok(progress
+                .into_iter()
+                .filter_map(|(n, p)| match p {
+                    NodeProgress::Ready(d) => Some((n, d)),
+                    _ => None,
+                })
+                .collect());
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn not_ready_report(
+    record: &ClusterRecord,
+    progress: &[(String, NodeProgress)],
+    elapsed: Duration,
+    timed_out: bool,
+) -> String {
+    let mut out = if timed_out {
+        format!("timed out after {:.0} s waiting for {READY_MARKER:?}", elapsed.as_secs_f64())
+    } else {
+        format!("a node failed to boot after {:.0} s", elapsed.as_secs_f64())
+    };
+    for (node, (_, p)) in record.nodes.iter().zip(progress) {
+        let why = match p {
+            NodeProgress::Ready(_) => continue,
+            NodeProgress::Failed(why) => why.clone(),
+            NodeProgress::Booting(_) => "still booting".to_string(),
+        };
+        let log = String::from_utf8_lossy(&std::fs::read(&node.serial_log).unwrap_or_default()).replace('\r', "");
+        out.push_str(&format!(
+            "\n\n{}: {why}\nserial log: {}\n--- last lines ---\n{}\n---",
+            node.name,
+            node.serial_log.display(),
+            tail(&log, 30)
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn judge_reads_the_console() {
+        assert_eq!(judge_log(""), NodeProgress::Booting(None));
+        let booting = "SeaBIOS\n[talosbox] uptime 1.20 init start\n[talosbox] stage: booting\nsome kernel line\n";
+        assert_eq!(judge_log(booting), NodeProgress::Booting(Some("[talosbox] stage: booting".into())));
+        assert_eq!(
+            judge_log(&format!("{booting}[talosbox] stage: maintenance\n")),
+            NodeProgress::Ready(Duration::ZERO)
+        );
+        let failed = "[talosbox] init: FAILED: mount rootfs: EIO\n";
+        assert_eq!(judge_log(failed), NodeProgress::Failed(failed.trim().into()));
+        let panic = "[    1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n";
+        assert!(matches!(judge_log(panic), NodeProgress::Failed(_)));
+    }
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc");
+        assert_eq!(tail("a", 5), "a");
+        assert_eq!(tail("", 5), "");
+    }
+}

@@ -1,0 +1,69 @@
+//! The QEMU provisioner behind `talosctl cluster create` / `destroy`: boots talosbox nodes from the
+//! built artifacts as an ordinary user (user-mode networking with the API port forwarded to
+//! 127.0.0.1, a node-to-node LAN over QEMU's multicast socket netdev, optional OVMF and swtpm),
+//! keeps a state directory per cluster (serial logs, pid files, a JSON record) and tears it down.
+//!
+//! It must never need root, touch host networking (no bridges, taps or routes), modify the
+//! artifacts it boots from, or signal a process it did not start (pids are checked against their
+//! command line before any signal).
+//!
+//! Pure decisions (boot path, QEMU/swtpm argv, port/MAC/multicast allocation) live in [`alloc`],
+//! [`boot`] and [`argv`] and are tested with golden argv; the effects are in [`cluster`] and [`host`].
+
+pub mod alloc;
+pub mod argv;
+pub mod boot;
+pub mod cluster;
+pub mod host;
+pub mod state;
+
+use std::path::PathBuf;
+
+pub use cluster::{CreateOptions, Created, DestroyOptions, WaitOptions, create, destroy, show, wait_ready};
+
+/// Everything that can go wrong while provisioning; each message names the file, tool or node.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error("invalid cluster name {name:?}: use 1-40 characters from a-z, 0-9 and '-', starting with a letter")]
+    InvalidName { name: String },
+    #[error("invalid node count: {0}")]
+    InvalidNodeCount(String),
+    #[error("{what}: {} does not exist{hint}", path.display())]
+    MissingArtifact { what: &'static str, path: PathBuf, hint: String },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("path {} is not valid UTF-8; QEMU options need UTF-8 paths", path.display())]
+    NonUtf8Path { path: PathBuf },
+    #[error("unix socket path {} is {len} bytes, longer than the 107 the kernel allows; use a shorter --state", path.display())]
+    SocketPathTooLong { path: PathBuf, len: usize },
+    #[error("missing host tools: {}; install with: apt-get install -y {}", tools.join(", "), packages.join(" "))]
+    MissingTools { tools: Vec<String>, packages: Vec<String> },
+    #[error("cluster {name:?} already exists at {}; destroy it first (talosctl cluster destroy --name {name})", dir.display())]
+    AlreadyExists { name: String, dir: PathBuf },
+    #[error("no cluster {name:?} at {}", dir.display())]
+    NoSuchCluster { name: String, dir: PathBuf },
+    #[error("finding the home directory: $HOME is not set; pass --state")]
+    NoHome,
+    #[error("{action} {}: {source}", path.display())]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("reading cluster record {}: {source}", path.display())]
+    Record { path: PathBuf, source: serde_json::Error },
+    #[error("allocating a free TCP port on 127.0.0.1: {0}")]
+    Port(#[source] std::io::Error),
+    #[error("running {tool}: {source}")]
+    Spawn { tool: String, source: std::io::Error },
+    #[error("{tool} failed ({status}){detail}")]
+    ToolFailed { tool: String, status: String, detail: String },
+    #[error("starting node {node}: QEMU exited with {status}: {stderr}")]
+    QemuStart { node: String, status: String, stderr: String },
+    #[error("starting swtpm for node {node}: {detail}")]
+    SwtpmStart { node: String, detail: String },
+    #[error("{0}")]
+    NotReady(String),
+}
+
+/// Shorthand for an I/O error on a path with the action that was being done.
+pub(crate) fn io_err(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> ProvisionError {
+    let path = path.into();
+    move |source| ProvisionError::Io { action, path, source }
+}

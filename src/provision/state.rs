@@ -1,0 +1,143 @@
+//! A cluster's state directory and its record (`cluster.json`): which nodes exist, their ports,
+//! MACs and the files holding their pids, sockets and serial logs. `destroy` works from the
+//! record alone, so it is written before the first process starts.
+//!
+//! Never stores anything secret, and never deletes outside the cluster's own directory.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::alloc::{Mcast, Role};
+use super::{ProvisionError, io_err};
+
+/// The record's file name inside the cluster directory.
+pub const RECORD: &str = "cluster.json";
+
+/// `~/.talos/clusters`, where Talos keeps its clusters' state too.
+pub fn default_root() -> Result<PathBuf, ProvisionError> {
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).ok_or(ProvisionError::NoHome)?;
+    Ok(PathBuf::from(home).join(".talos").join("clusters"))
+}
+
+/// One node's entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NodeRecord {
+    pub name: String,
+    pub role: Role,
+    /// 127.0.0.1:<api_port> reaches the node's port 50000.
+    pub api_port: u16,
+    pub api_mac: String,
+    pub lan_mac: String,
+    pub serial_log: PathBuf,
+    pub pid_file: PathBuf,
+    pub qmp_socket: PathBuf,
+    /// swtpm's pid file, when the node has a TPM.
+    pub swtpm_pid_file: Option<PathBuf>,
+    /// The node's own data disk, if it has one.
+    #[serde(default)]
+    pub data_disk: Option<PathBuf>,
+}
+
+/// The whole cluster.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClusterRecord {
+    pub name: String,
+    /// Seconds since the epoch when `create` started.
+    pub created: u64,
+    /// A human description of the boot path.
+    pub boot: String,
+    pub lan: Mcast,
+    pub nodes: Vec<NodeRecord>,
+}
+
+impl ClusterRecord {
+    pub fn write(&self, dir: &Path) -> Result<(), ProvisionError> {
+        let path = dir.join(RECORD);
+        let tmp = dir.join(format!("{RECORD}.tmp"));
+        let mut text = serde_json::to_string_pretty(self)
+            .map_err(|source| ProvisionError::Record { path: path.clone(), source })?;
+        text.push('\n');
+        std::fs::write(&tmp, text).map_err(io_err("writing", &tmp))?;
+        std::fs::rename(&tmp, &path).map_err(io_err("renaming into place", &path))
+    }
+
+    pub fn read(dir: &Path) -> Result<Self, ProvisionError> {
+        let path = dir.join(RECORD);
+        let text = std::fs::read_to_string(&path).map_err(io_err("reading", &path))?;
+        serde_json::from_str(&text).map_err(|source| ProvisionError::Record { path, source })
+    }
+}
+
+impl ClusterRecord {
+    /// What `create` and `show` print: the boot path, the LAN, how to reach each node (API on
+    /// 127.0.0.1), where its serial log is, and how to destroy the cluster. `state` is the
+    /// `--state` the user gave, repeated in the destroy hint.
+    pub fn summary(&self, state: Option<&Path>) -> String {
+        let mut out = format!("cluster {:?}: {} node(s), {}\n", self.name, self.nodes.len(), self.boot);
+        out += &format!("node LAN: multicast {} (QEMU socket netdev on 127.0.0.1)\n", self.lan);
+        out += &format!("{:<32} {:<13} {:<18} {:<18} SERIAL LOG\n", "NODE", "ROLE", "API (:50000)", "LAN MAC");
+        for n in &self.nodes {
+            let api = format!("127.0.0.1:{}", n.api_port);
+            out += &format!(
+                "{:<32} {:<13} {:<18} {:<18} {}\n",
+                n.name,
+                n.role.to_string(),
+                api,
+                n.lan_mac,
+                n.serial_log.display()
+            );
+        }
+        let state = state.map(|s| format!(" --state {}", s.display())).unwrap_or_default();
+        out += &format!("destroy with: talosctl cluster destroy --name {}{state}\n", self.name);
+        out
+    }
+}
+
+/// The LAN groups held by the other clusters under `root`, so a new cluster picks another.
+pub fn taken_lans(root: &Path) -> Vec<Mcast> {
+    let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
+    entries.flatten().filter_map(|e| ClusterRecord::read(&e.path()).ok()).map(|r| r.lan).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_through_disk() {
+        let dir = std::env::temp_dir().join(format!("talosbox-state-test-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("c1")).unwrap();
+        let rec = ClusterRecord {
+            name: "c1".into(),
+            created: 1,
+            boot: "direct".into(),
+            lan: "230.1.2.3:20001".parse().unwrap(),
+            nodes: vec![NodeRecord {
+                name: "c1-controlplane-1".into(),
+                role: Role::Controlplane,
+                api_port: 40000,
+                api_mac: "52:54:00:00:00:01".into(),
+                lan_mac: "52:54:00:00:01:01".into(),
+                serial_log: "/x/c1-controlplane-1.log".into(),
+                pid_file: "/x/c1-controlplane-1.pid".into(),
+                qmp_socket: "/x/c1-controlplane-1.qmp".into(),
+                swtpm_pid_file: None,
+                data_disk: None,
+            }],
+        };
+        rec.write(&dir.join("c1")).unwrap();
+        assert_eq!(ClusterRecord::read(&dir.join("c1")).unwrap(), rec);
+        let text = std::fs::read_to_string(dir.join("c1").join(RECORD)).unwrap();
+        assert!(text.contains("\"lan\": \"230.1.2.3:20001\""), "{text}");
+        assert!(text.contains("\"role\": \"controlplane\""), "{text}");
+        assert_eq!(taken_lans(&dir), vec![rec.lan]);
+        let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/provision/golden/summary.txt");
+        let got = rec.summary(Some(Path::new("/tmp/s")));
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::write(&golden, &got).unwrap();
+        }
+        assert_eq!(got, std::fs::read_to_string(&golden).unwrap_or_default(), "golden {}", golden.display());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,253 @@
+//! `talosctl cluster create` / `destroy` against real QEMU and swtpm processes. The nodes boot
+//! an empty disk, so no images are needed: these tests are about the provisioner's processes,
+//! ports, files and cleanup, not the guest (tests/vm/boot-paths boots real images).
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_talosbox"))
+}
+
+/// Says `skipped: <reason>` straight to stderr, past the test harness's capture, so a test that
+/// cannot run is seen as such instead of passing silently.
+fn skip(reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: {reason}");
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool} >/dev/null")]).status().is_ok_and(|s| s.success())
+}
+
+/// A short scratch root (QMP and swtpm sockets must fit in 107 bytes) with an empty 1 MiB disk.
+fn scratch(case: &str) -> Option<PathBuf> {
+    if !have("qemu-system-x86_64") {
+        skip("qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+        return None;
+    }
+    let dir = PathBuf::from(format!("/tmp/tbp-{case}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("empty.raw"), vec![0u8; 1 << 20]).unwrap();
+    Some(dir)
+}
+
+fn talosctl(args: &[&str]) -> Output {
+    Command::new(bin()).arg("talosctl").args(args).output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn pid_alive_as(pid_file: &Path, program: &str) -> bool {
+    let Ok(pid) = std::fs::read_to_string(pid_file) else { return false };
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+    let argv0 = cmdline.split(|b| *b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(argv0).rsplit('/').next().is_some_and(|b| b.starts_with(program))
+}
+
+fn record(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap()
+}
+
+/// Destroys the cluster even when an assertion failed, so no QEMU outlives the test.
+struct Cluster<'a> {
+    name: &'a str,
+    state: PathBuf,
+}
+
+impl Drop for Cluster<'_> {
+    fn drop(&mut self) {
+        let _ = talosctl(&["cluster", "destroy", "--name", self.name, "--state", &self.state.to_string_lossy()]);
+        let _ = std::fs::remove_dir_all(self.state.parent().unwrap_or(&self.state));
+    }
+}
+
+#[test]
+fn create_forwards_ports_and_destroy_stops_everything() {
+    let Some(root) = scratch("two") else { return };
+    let state = root.join("s");
+    let guard = Cluster { name: "two", state: state.clone() };
+    let disk = root.join("empty.raw");
+    let s = state.to_string_lossy().to_string();
+    let d = disk.to_string_lossy().to_string();
+    let out = talosctl(&["cluster", "create", "--name", "two", "--state", &s, "--disk-image", &d, "--workers", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    let dir = state.join("two");
+    let rec = record(&dir);
+    let nodes = rec["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    let mut macs = std::collections::HashSet::new();
+    for node in nodes {
+        let name = node["name"].as_str().unwrap();
+        let port = node["api_port"].as_u64().unwrap();
+        assert!(printed.contains(&format!("127.0.0.1:{port}")), "{printed}");
+        assert!(printed.contains(&format!("{}/{name}.log", dir.display())), "{printed}");
+        assert!(pid_alive_as(&dir.join(format!("{name}.pid")), "qemu"), "{name}: no QEMU running");
+        // QEMU itself listens on the forwarded port (the guest need not be up for the connect).
+        TcpStream::connect(("127.0.0.1", u16::try_from(port).unwrap())).unwrap();
+        assert!(macs.insert(node["lan_mac"].as_str().unwrap().to_string()));
+    }
+    assert_eq!(std::fs::read(&disk).unwrap(), vec![0u8; 1 << 20], "the disk image must stay as built (snapshot=on)");
+
+    let show = talosctl(&["cluster", "show", "--name", "two", "--state", &s]);
+    assert!(show.status.success(), "{}", text(&show));
+    let shown = text(&show);
+    assert_eq!(shown.matches("running (QEMU pid").count(), 2, "{shown}");
+    assert!(shown.contains("two-worker-1 "), "{shown}");
+
+    let again = talosctl(&["cluster", "create", "--name", "two", "--state", &s, "--disk-image", &d]);
+    assert!(!again.status.success());
+    assert!(text(&again).contains("already exists"), "{}", text(&again));
+
+    let pids: Vec<PathBuf> = nodes.iter().map(|n| dir.join(format!("{}.pid", n["name"].as_str().unwrap()))).collect();
+    let pid_texts: Vec<String> = pids.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect();
+    let out = talosctl(&["cluster", "destroy", "--name", "two", "--state", &s]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!dir.exists(), "state directory left behind");
+    for pid in pid_texts {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&cmdline).contains("qemu"), "QEMU {pid} still running");
+    }
+    let out = talosctl(&["cluster", "destroy", "--name", "two", "--state", &s]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("no cluster \"two\""), "{}", text(&out));
+    drop(guard);
+}
+
+#[test]
+fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
+    let Some(root) = scratch("tpm") else { return };
+    if !have("swtpm") || !Path::new("/usr/share/OVMF/OVMF_CODE_4M.fd").exists() {
+        skip("swtpm or OVMF is not installed (apt-get install swtpm ovmf)");
+        let _ = std::fs::remove_dir_all(&root);
+        return;
+    }
+    let state = root.join("s");
+    let guard = Cluster { name: "tpm", state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--name",
+        "tpm",
+        "--state",
+        &s,
+        "--disk-image",
+        &d,
+        "--with-uefi",
+        "--with-tpm",
+        "--disk-size",
+        "64",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = state.join("tpm");
+    let node = "tpm-controlplane-1";
+    assert!(pid_alive_as(&dir.join(format!("{node}.pid")), "qemu"));
+    let swtpm_pid = dir.join("controlplane-1.tpm/swtpm.pid");
+    assert!(pid_alive_as(&swtpm_pid, "swtpm"), "no swtpm running");
+    let vars = std::fs::metadata(dir.join(format!("{node}.vars.fd"))).unwrap();
+    assert_eq!(vars.len(), std::fs::metadata("/usr/share/OVMF/OVMF_VARS_4M.fd").unwrap().len());
+    let pid = std::fs::read_to_string(&swtpm_pid).unwrap();
+    let data = std::fs::metadata(dir.join(format!("{node}.disk"))).unwrap();
+    assert_eq!(data.len(), 64 << 20, "data disk size");
+    assert!(std::os::unix::fs::MetadataExt::blocks(&data) < 1024, "data disk should be sparse");
+
+    let out = talosctl(&["cluster", "destroy", "--name", "tpm", "--state", &s]);
+    assert!(out.status.success(), "{}", text(&out));
+    // swtpm leaves when QEMU closes its socket, or destroy stops it.
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(5) {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("swtpm") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("swtpm"), "swtpm {pid} still running");
+    drop(guard);
+}
+
+#[test]
+fn wait_times_out_with_the_serial_log_path_and_tail() {
+    let Some(root) = scratch("wait") else { return };
+    let state = root.join("s");
+    let guard = Cluster { name: "wait", state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--name",
+        "wait",
+        "--state",
+        &s,
+        "--disk-image",
+        &d,
+        "--wait",
+        "--wait-timeout",
+        "3s",
+    ]);
+    assert!(!out.status.success(), "an empty disk cannot reach maintenance: {}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("timed out after 3 s"), "{t}");
+    assert!(t.contains(&format!("serial log: {}/wait/wait-controlplane-1.log", state.display())), "{t}");
+    assert!(t.contains("destroy with: talosctl cluster destroy --name wait"), "{t}");
+    drop(guard);
+}
+
+#[test]
+fn bad_flags_are_one_clear_error() {
+    let out = talosctl(&["cluster", "create", "--name", "Bad_Name"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("invalid cluster name \"Bad_Name\""), "{}", text(&out));
+    let out =
+        talosctl(&["cluster", "create", "--name", "x", "--artifacts", "/nonexistent", "--state", "/tmp/tbp-none"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("/nonexistent/vmlinuz does not exist"), "{}", text(&out));
+    assert!(!Path::new("/tmp/tbp-none/x").exists(), "a failed create must leave nothing behind");
+}
+
+#[test]
+fn a_qemu_that_will_not_start_is_one_error_and_leaves_nothing_behind() {
+    let Some(root) = scratch("acc") else { return };
+    let state = root.join("s");
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&["cluster", "create", "--name", "acc", "--state", &s, "--disk-image", &d, "--accel", "bogus"]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("starting node acc-controlplane-1: QEMU exited with exit status: 1"), "{t}");
+    assert!(t.contains("invalid accelerator bogus"), "{t}");
+    assert!(!state.join("acc").exists(), "a failed create must remove its state directory");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
+    let Some(root) = scratch("grace") else { return };
+    let state = root.join("s");
+    let guard = Cluster { name: "grace", state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&["cluster", "create", "--name", "grace", "--state", &s, "--disk-image", &d]);
+    assert!(out.status.success(), "{}", text(&out));
+    let pid = std::fs::read_to_string(state.join("grace/grace-controlplane-1.pid")).unwrap();
+    // No OS on the empty disk: nobody handles ACPI, so the node keeps running.
+    let out =
+        talosctl(&["cluster", "destroy", "--name", "grace", "--state", &s, "--graceful", "--graceful-timeout", "1s"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("grace-controlplane-1: still running 1 s after the power button; stopping it"), "{t}");
+    assert!(t.contains("grace-controlplane-1: QEMU (pid"), "{t}");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&cmdline).contains("qemu"), "QEMU {pid} still running");
+    assert!(!state.join("grace").exists());
+    drop(guard);
+}
