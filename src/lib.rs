@@ -4,4 +4,5 @@
 pub mod applets;
 pub mod controllers;
 pub mod cosi;
+pub mod imager;
 pub mod version;

@@ -7,6 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub mod imager;
 pub mod talosctl;
 
 /// An applet's entry point; `args[0]` is the name it was started as.
@@ -19,7 +20,7 @@ const APPLETS: &[(&str, Option<Main>)] = &[
     ("apid", None),
     ("trustd", None),
     ("talosctl", Some(talosctl::main)),
-    ("imager", None),
+    ("imager", Some(imager::main)),
     ("operator", None),
 ];
 
