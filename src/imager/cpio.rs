@@ -12,6 +12,9 @@ pub enum Kind {
     Dir,
     File(Vec<u8>),
     Symlink(String),
+    /// A character device node (major, minor), e.g. `/dev/console` so the kernel can give
+    /// `/init` its stdio before devtmpfs is mounted.
+    CharDev(u32, u32),
 }
 
 /// One entry: a path relative to the archive root (no leading `/`), a permission mode
@@ -35,6 +38,7 @@ pub enum CpioError {
 const S_IFDIR: u32 = 0o040000;
 const S_IFREG: u32 = 0o100000;
 const S_IFLNK: u32 = 0o120000;
+const S_IFCHR: u32 = 0o020000;
 const TRAILER: &str = "TRAILER!!!";
 
 /// An archive being assembled; entries are kept sorted by path.
@@ -95,13 +99,19 @@ impl Archive {
                 Kind::Dir => (S_IFDIR, 2, &[]),
                 Kind::File(data) => (S_IFREG, 1, data),
                 Kind::Symlink(target) => (S_IFLNK, 1, target.as_bytes()),
+                Kind::CharDev(..) => (S_IFCHR, 1, &[]),
             };
-            let size = u32::try_from(data.len())
-                .map_err(|_| CpioError::TooLarge { path: path.clone(), size: data.len() })?;
-            let header = Header { ino, mode: kind_bits | (entry.mode & 0o7777), nlink, mtime, size };
+            let (rdev_major, rdev_minor) = match entry.kind {
+                Kind::CharDev(major, minor) => (major, minor),
+                _ => (0, 0),
+            };
+            let size =
+                u32::try_from(data.len()).map_err(|_| CpioError::TooLarge { path: path.clone(), size: data.len() })?;
+            let header =
+                Header { ino, mode: kind_bits | (entry.mode & 0o7777), nlink, mtime, size, rdev_major, rdev_minor };
             write_record(&mut out, &header, path, data);
         }
-        let trailer = Header { ino: 0, mode: 0, nlink: 1, mtime: 0, size: 0 };
+        let trailer = Header { ino: 0, mode: 0, nlink: 1, mtime: 0, size: 0, rdev_major: 0, rdev_minor: 0 };
         write_record(&mut out, &trailer, TRAILER, &[]);
         Ok(out)
     }
@@ -113,6 +123,8 @@ struct Header {
     nlink: u32,
     mtime: u32,
     size: u32,
+    rdev_major: u32,
+    rdev_minor: u32,
 }
 
 fn check_path(path: &str) -> Result<(), CpioError> {
@@ -134,7 +146,7 @@ fn write_record(out: &mut Vec<u8>, h: &Header, name: &str, data: &[u8]) {
     // newc: magic, then 13 eight-digit hex fields: ino mode uid gid nlink mtime filesize
     // devmajor devminor rdevmajor rdevminor namesize check.
     let namesize = name.len() as u32 + 1;
-    let fields = [h.ino, h.mode, 0, 0, h.nlink, h.mtime, h.size, 0, 0, 0, 0, namesize, 0];
+    let fields = [h.ino, h.mode, 0, 0, h.nlink, h.mtime, h.size, 0, 0, h.rdev_major, h.rdev_minor, namesize, 0];
     out.extend_from_slice(b"070701");
     for f in fields {
         out.extend_from_slice(format!("{f:08X}").as_bytes());
@@ -212,6 +224,16 @@ mod tests {
         assert_eq!(field(&bytes[pos..], 1), 0o120777);
         assert_eq!(field(&bytes[pos..], 6), 4);
         assert_eq!(field(&bytes[pos..], 0), 2);
+    }
+
+    #[test]
+    fn char_device_record() {
+        let mut a = Archive::new();
+        a.add("dev/console", Entry { mode: 0o600, kind: Kind::CharDev(5, 1) }).unwrap();
+        let bytes = a.encode(0).unwrap();
+        let pos = bytes.windows(11).position(|w| w == b"dev/console").unwrap() - 110;
+        let rec = &bytes[pos..];
+        assert_eq!((field(rec, 1), field(rec, 6), field(rec, 9), field(rec, 10)), (0o020600, 0, 5, 1));
     }
 
     #[test]

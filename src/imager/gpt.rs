@@ -245,7 +245,8 @@ mod tests {
     #[test]
     fn talos_layout_plan() {
         // (sizes in MiB, expected (first, last) LBAs, total sectors)
-        let cases: &[(&[u64], &[(u64, u64)], u64)] = &[
+        type Case = (&'static [u64], &'static [(u64, u64)], u64);
+        let cases: &[Case] = &[
             (&[100, 1, 1000, 1], &[(2048, 206847), (206848, 208895), (208896, 2256895), (2256896, 2258943)], 2260992),
             (&[1], &[(2048, 4095)], 6144),
         ];

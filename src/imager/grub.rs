@@ -7,8 +7,21 @@
 
 /// Modules built into both GRUB images (nothing is loaded from disk later).
 pub const COMMON_MODULES: &[&str] = &[
-    "part_gpt", "xfs", "ext2", "fat", "normal", "linux", "search", "search_label", "configfile", "echo", "serial",
-    "terminal", "test", "gzio", "xzio",
+    "part_gpt",
+    "xfs",
+    "ext2",
+    "fat",
+    "normal",
+    "linux",
+    "search",
+    "search_label",
+    "configfile",
+    "echo",
+    "serial",
+    "terminal",
+    "test",
+    "gzio",
+    "xzio",
 ];
 pub const PC_MODULES: &[&str] = &["biosdisk"];
 pub const EFI_MODULES: &[&str] = &["efi_gop", "all_video"];

@@ -80,11 +80,7 @@ pub fn run(tool: Tool, what: &str, cmd: &mut Command) -> Result<Output, HostErro
             return HostError::Missing { missing: vec![(tool.name.to_string(), tool.package.to_string())] };
         }
         HostError::Spawn { tool: tool.name, what: what.to_string(), source }
-    });
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => return Err(e),
-    };
+    })?;
     if !out.status.success() {
         return Err(HostError::Failed {
             tool: tool.name,

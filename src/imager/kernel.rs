@@ -93,8 +93,10 @@ fn fetch_debian(cache: &Path, progress: &dyn Fn(&str)) -> Result<PathBuf, Kernel
         "downloading the kernel package",
         host::command(host::APT_GET).args(["download", "-q", &package]).current_dir(cache),
     )?;
-    cached_deb(cache, &package)?
-        .ok_or_else(|| KernelError::Package { path: cache.join(&package), message: "apt-get download left no .deb".into() })
+    cached_deb(cache, &package)?.ok_or_else(|| KernelError::Package {
+        path: cache.join(&package),
+        message: "apt-get download left no .deb".into(),
+    })
 }
 
 fn cached_deb(cache: &Path, package: &str) -> Result<Option<PathBuf>, KernelError> {
@@ -259,9 +261,7 @@ pub fn select(
     let builtins: BTreeSet<String> = builtin.lines().map(|l| canonical(stem(l.trim()))).collect();
     let mut sel = Selection::default();
     let mut roots: Vec<String> = Vec::new();
-    for (field, list, load) in
-        [("modules.load", &profile.load, true), ("modules.include", &profile.include, false)]
-    {
+    for (field, list, load) in [("modules.load", &profile.load, true), ("modules.include", &profile.include, false)] {
         for name in list {
             let c = canonical(name);
             if let Some((path, _)) = deps.get(&c) {
@@ -415,7 +415,8 @@ alias acpi*:PNP0C0C:* button
     #[test]
     fn selection_table() {
         // (load, include, device modaliases, expected files, expected load list)
-        let cases: &[(&[&str], &[&str], &[&str], &[&str], &[&str])] = &[
+        type List = &'static [&'static str];
+        let cases: &[(List, List, List, List, List)] = &[
             (&["xfs"], &[], &[], &["kernel/fs/xfs/xfs.ko", "kernel/lib/libcrc32c.ko"], &["xfs"]),
             (&["dm_mod", "ext4"], &[], &[], &["kernel/drivers/md/dm-mod.ko"], &["dm-mod"]),
             (
@@ -431,7 +432,13 @@ alias acpi*:PNP0C0C:* button
                 ],
                 &["dm-mod"],
             ),
-            (&["failover"], &["xfs"], &[], &["kernel/fs/xfs/xfs.ko", "kernel/lib/libcrc32c.ko", "kernel/net/core/failover.ko"], &["failover"]),
+            (
+                &["failover"],
+                &["xfs"],
+                &[],
+                &["kernel/fs/xfs/xfs.ko", "kernel/lib/libcrc32c.ko", "kernel/net/core/failover.ko"],
+                &["failover"],
+            ),
         ];
         for (load, include, aliases, files, want_load) in cases {
             let s = select(DEP, ALIAS, "kernel/fs/ext4/ext4.ko\n", &modules(load, include, aliases), "r").unwrap();

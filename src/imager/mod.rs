@@ -315,10 +315,8 @@ fn stage_modules(k: &kernel::Kernel, p: &Profile, stage: &Path) -> Result<kernel
 
 /// Adds every file under `dir` to the archive at `prefix/<relative path>`, in sorted order.
 fn add_tree(a: &mut cpio::Archive, dir: &Path, prefix: &str) -> Result<(), ImagerError> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io("reading", dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .collect();
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir).map_err(io("reading", dir))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     for path in entries {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -354,6 +352,8 @@ fn write_initramfs(
     for d in ["dev", "proc", "sys", "run", "tmp"] {
         a.dir(d)?;
     }
+    // The kernel opens /dev/console for /init's stdio before anything mounts devtmpfs.
+    a.add("dev/console", cpio::Entry { mode: 0o600, kind: cpio::Kind::CharDev(5, 1) })?;
     for lib in libs {
         let rel = lib.strip_prefix("/").unwrap_or(lib).to_string_lossy().into_owned();
         a.file(&rel, 0o755, std::fs::read(lib).map_err(io("reading shared library", lib))?)?;

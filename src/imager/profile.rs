@@ -143,10 +143,16 @@ disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
 
     #[test]
     fn the_shipped_profiles_parse() {
-        for name in ["qemu.yaml"] {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("images").join(name);
-            Profile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                Profile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                seen += 1;
+            }
         }
+        assert!(seen > 0, "no profiles under {}", dir.display());
     }
 
     #[test]

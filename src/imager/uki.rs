@@ -47,9 +47,7 @@ pub struct Layout {
 }
 
 fn rd<const N: usize>(b: &[u8], off: usize, what: &'static str) -> Result<[u8; N], PeError> {
-    b.get(off..off + N)
-        .and_then(|s| s.try_into().ok())
-        .ok_or(PeError::Truncated { what, offset: off, len: b.len() })
+    b.get(off..off + N).and_then(|s| s.try_into().ok()).ok_or(PeError::Truncated { what, offset: off, len: b.len() })
 }
 fn u16_at(b: &[u8], off: usize, what: &'static str) -> Result<u16, PeError> {
     rd::<2>(b, off, what).map(u16::from_le_bytes)
@@ -255,7 +253,8 @@ mod tests {
     #[test]
     fn placement_table() {
         // (section alignment, sizes, expected (va, raw_ptr, raw_size))
-        let cases: &[(u32, &[usize], &[(u32, u32, u32)])] = &[
+        type Case = (u32, &'static [usize], &'static [(u32, u32, u32)]);
+        let cases: &[Case] = &[
             (0x200, &[1], &[(0x1200, 0x600, 0x200)]),
             (0x200, &[0x200, 0x201], &[(0x1200, 0x600, 0x200), (0x1400, 0x800, 0x400)]),
             (0x1000, &[5, 0x1001, 1], &[(0x2000, 0x600, 0x200), (0x3000, 0x800, 0x1200), (0x5000, 0x1a00, 0x200)]),
