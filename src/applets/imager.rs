@@ -34,6 +34,18 @@ struct Cli {
     /// Where Debian kernel packages are downloaded and unpacked, reused across builds.
     #[arg(long, default_value = "/var/cache/talosbox/kernel")]
     kernel_cache: PathBuf,
+    /// systemd's EFI stub [default: Debian's systemd-boot-efi path].
+    #[arg(long)]
+    efi_stub: Option<PathBuf>,
+    /// GRUB's i386-pc directory [default: /usr/lib/grub/i386-pc].
+    #[arg(long)]
+    grub_pc_dir: Option<PathBuf>,
+    /// GRUB's x86_64-efi directory [default: /usr/lib/grub/x86_64-efi].
+    #[arg(long)]
+    grub_efi_dir: Option<PathBuf>,
+    /// libfaketime's libfaketimeMT.so.1 [default: Debian's libfaketime path].
+    #[arg(long)]
+    faketime_lib: Option<PathBuf>,
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -59,7 +71,18 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         (None, Some(kernel), Some(modules)) => Source::Paths { kernel, modules },
         _ => Source::Debian { cache: cli.kernel_cache },
     };
-    let opts = imager::Options { profile: cli.profile, output: cli.output.clone(), binary, kernel };
+    let mut files = imager::host::Files::default();
+    for (flag, slot) in [
+        (cli.efi_stub, &mut files.efi_stub),
+        (cli.grub_pc_dir, &mut files.grub_pc),
+        (cli.grub_efi_dir, &mut files.grub_efi),
+        (cli.faketime_lib, &mut files.faketime),
+    ] {
+        if let Some(path) = flag {
+            *slot = path;
+        }
+    }
+    let opts = imager::Options { profile: cli.profile, output: cli.output.clone(), binary, kernel, files };
     let progress = imager::Progress::new();
     match imager::build(&opts, &progress) {
         Ok(report) => {

@@ -27,11 +27,42 @@ pub const APT_GET: Tool = Tool { name: "apt-get", package: "apt" };
 pub const APT_CACHE: Tool = Tool { name: "apt-cache", package: "apt" };
 pub const LDD: Tool = Tool { name: "ldd", package: "libc-bin" };
 
-/// Data files (not programs) with their packages.
-pub const EFI_STUB: (&str, &str) = ("/usr/lib/systemd/boot/efi/linuxx64.efi.stub", "systemd-boot-efi");
-pub const GRUB_PC_DIR: (&str, &str) = ("/usr/lib/grub/i386-pc", "grub-pc-bin");
-pub const GRUB_EFI_DIR: (&str, &str) = ("/usr/lib/grub/x86_64-efi", "grub-efi-amd64-bin");
-pub const FAKETIME_LIB: (&str, &str) = ("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1", "faketime");
+/// Data files (not programs) the imager reads, defaulting to where Debian puts them; a Nix
+/// build passes its own store paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Files {
+    /// systemd's EFI stub (`linuxx64.efi.stub`), the base of the UKI.
+    pub efi_stub: PathBuf,
+    /// GRUB's i386-pc module directory (with boot.img).
+    pub grub_pc: PathBuf,
+    /// GRUB's x86_64-efi module directory.
+    pub grub_efi: PathBuf,
+    /// libfaketime's multi-threaded preload library, to freeze mkfs.xfs's clock.
+    pub faketime: PathBuf,
+}
+
+impl Default for Files {
+    fn default() -> Self {
+        Self {
+            efi_stub: "/usr/lib/systemd/boot/efi/linuxx64.efi.stub".into(),
+            grub_pc: "/usr/lib/grub/i386-pc".into(),
+            grub_efi: "/usr/lib/grub/x86_64-efi".into(),
+            faketime: "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1".into(),
+        }
+    }
+}
+
+impl Files {
+    /// Each file with the Debian package that provides it.
+    pub fn with_packages(&self) -> [(&Path, &'static str); 4] {
+        [
+            (&self.efi_stub, "systemd-boot-efi"),
+            (&self.grub_pc, "grub-pc-bin"),
+            (&self.grub_efi, "grub-efi-amd64-bin"),
+            (&self.faketime, "libfaketime"),
+        ]
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
@@ -53,7 +84,7 @@ pub fn find(name: &str) -> Option<PathBuf> {
 }
 
 /// Checks every tool and data file at once, so the user gets one error listing all of them.
-pub fn require(tools: &[Tool], files: &[(&str, &str)]) -> Result<(), HostError> {
+pub fn require(tools: &[Tool], files: &[(&Path, &str)]) -> Result<(), HostError> {
     let mut missing: Vec<(String, String)> = Vec::new();
     for t in tools {
         if find(t.name).is_none() && !missing.iter().any(|(n, _)| n == t.name) {
@@ -61,8 +92,8 @@ pub fn require(tools: &[Tool], files: &[(&str, &str)]) -> Result<(), HostError> 
         }
     }
     for (path, package) in files {
-        if !Path::new(path).exists() {
-            missing.push((path.to_string(), package.to_string()));
+        if !path.exists() {
+            missing.push((path.display().to_string(), package.to_string()));
         }
     }
     if missing.is_empty() { Ok(()) } else { Err(HostError::Missing { missing }) }
@@ -100,7 +131,7 @@ mod tests {
     fn missing_tools_name_their_packages_in_one_error() {
         let a = Tool { name: "talosbox-no-such-tool", package: "pkg-a" };
         let b = Tool { name: "talosbox-no-such-tool-2", package: "pkg-b" };
-        let err = require(&[a, b], &[("/no/such/file", "pkg-c")]).unwrap_err().to_string();
+        let err = require(&[a, b], &[(Path::new("/no/such/file"), "pkg-c")]).unwrap_err().to_string();
         assert_eq!(
             err,
             "talosbox-no-such-tool not found: apt-get install pkg-a; \

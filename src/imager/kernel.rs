@@ -88,15 +88,23 @@ fn fetch_debian(cache: &Path, progress: &dyn Fn(&str)) -> Result<PathBuf, Kernel
         return Ok(deb);
     }
     progress(&format!("kernel: downloading {package} into {}", cache.display()));
+    // Download into a private directory and rename into place, so a concurrent build never
+    // sees a partial .deb.
+    let staging = cache.join(format!(".download-{}", std::process::id()));
+    std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
     host::run(
         host::APT_GET,
         "downloading the kernel package",
-        host::command(host::APT_GET).args(["download", "-q", &package]).current_dir(cache),
+        host::command(host::APT_GET).args(["download", "-q", &package]).current_dir(&staging),
     )?;
-    cached_deb(cache, &package)?.ok_or_else(|| KernelError::Package {
-        path: cache.join(&package),
+    let deb = cached_deb(&staging, &package)?.ok_or_else(|| KernelError::Package {
+        path: staging.join(&package),
         message: "apt-get download left no .deb".into(),
-    })
+    })?;
+    let dest = cache.join(deb.file_name().unwrap_or_default());
+    std::fs::rename(&deb, &dest).map_err(io("moving into the cache", &deb))?;
+    std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+    Ok(dest)
 }
 
 fn cached_deb(cache: &Path, package: &str) -> Result<Option<PathBuf>, KernelError> {
@@ -137,10 +145,26 @@ fn unpack_deb(deb: &Path, cache: &Path, progress: &dyn Fn(&str)) -> Result<Kerne
         if root.exists() {
             std::fs::remove_dir_all(&root).map_err(io("removing partial unpack", &root))?;
         }
-        host::run(host::DPKG, "unpacking the kernel", host::command(host::DPKG).arg("-x").arg(deb).arg(&root))?;
-        let release = single_release(&root.join("lib/modules"))?;
-        depmod(&root, &release)?;
-        std::fs::write(&done, b"").map_err(io("marking unpack complete", &done))?;
+        // Unpack privately and rename into place: a concurrent build sees all or nothing.
+        let staging = cache.join(format!(".unpack-{}", std::process::id()));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+        }
+        host::run(host::DPKG, "unpacking the kernel", host::command(host::DPKG).arg("-x").arg(deb).arg(&staging))?;
+        let release = single_release(&staging.join("lib/modules"))?;
+        depmod(&staging, &release)?;
+        let marker = staging.join(".talosbox-unpacked");
+        std::fs::write(&marker, b"").map_err(io("marking unpack complete", &marker))?;
+        if std::fs::rename(&staging, &root).is_err() {
+            if !done.exists() {
+                return Err(KernelError::Package {
+                    path: root,
+                    message: "could not move the unpacked tree into place".into(),
+                });
+            }
+            // Another build finished the same unpack first.
+            std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+        }
     }
     let release = single_release(&root.join("lib/modules"))?;
     let vmlinuz = root.join("boot").join(format!("vmlinuz-{release}"));

@@ -85,6 +85,7 @@ pub struct Options {
     pub output: PathBuf,
     pub binary: PathBuf,
     pub kernel: kernel::Source,
+    pub files: host::Files,
 }
 
 /// One line per step, with the elapsed time.
@@ -126,7 +127,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     if matches!(opts.kernel, kernel::Source::Debian { .. }) {
         tools.extend([host::APT_GET, host::APT_CACHE]);
     }
-    host::require(&tools, &[host::EFI_STUB, host::GRUB_PC_DIR, host::GRUB_EFI_DIR, host::FAKETIME_LIB])?;
+    host::require(&tools, &opts.files.with_packages())?;
 
     let out = &opts.output;
     std::fs::create_dir_all(out).map_err(io("creating output directory", out))?;
@@ -188,10 +189,10 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     std::fs::write(out.join("kernel-version"), &kernel.description).map_err(io("writing", out))?;
 
     progress.step("talosbox.efi: assembling the UKI");
-    write_uki(&out.join("talosbox.efi"), &profile, &vmlinuz, &initramfs, epoch)?;
+    write_uki(&out.join("talosbox.efi"), &opts.files, &profile, &vmlinuz, &initramfs)?;
 
     progress.step("disk.raw: GRUB images, EFI and BOOT filesystems, GPT");
-    write_disk(&work, &out.join("disk.raw"), &profile, &vmlinuz, &initramfs)?;
+    write_disk(&work, &out.join("disk.raw"), &opts.files, &profile, &vmlinuz, &initramfs)?;
 
     std::fs::remove_dir_all(&work).map_err(io("removing work directory", &work))?;
     progress.step("SHA256SUMS: hashing artifacts");
@@ -369,8 +370,14 @@ fn write_initramfs(
     set_mode(out, 0o644)
 }
 
-fn write_uki(out: &Path, p: &Profile, vmlinuz: &Path, initramfs: &Path, epoch: u32) -> Result<(), ImagerError> {
-    let stub_path = Path::new(host::EFI_STUB.0);
+fn write_uki(
+    out: &Path,
+    files: &host::Files,
+    p: &Profile,
+    vmlinuz: &Path,
+    initramfs: &Path,
+) -> Result<(), ImagerError> {
+    let stub_path = &files.efi_stub;
     let stub = std::fs::read(stub_path).map_err(io("reading EFI stub", stub_path))?;
     let osrel = os_release();
     let linux = std::fs::read(vmlinuz).map_err(io("reading", vmlinuz))?;
@@ -381,7 +388,7 @@ fn write_uki(out: &Path, p: &Profile, vmlinuz: &Path, initramfs: &Path, epoch: u
         uki::Section { name: ".linux", data: &linux },
         uki::Section { name: ".initrd", data: &initrd },
     ];
-    let image = uki::assemble(&stub, &sections, epoch)?;
+    let image = uki::assemble(&stub, &sections, p.source_date_epoch)?;
     write_file(out, &image, 0o644)
 }
 
@@ -402,9 +409,9 @@ pub fn utc_datetime(epoch: u32) -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-fn grub_mkimage(format: &str, dir: &str, early: &Path, out: &Path, modules: &[&str]) -> Result<(), ImagerError> {
+fn grub_mkimage(format: &str, dir: &Path, early: &Path, out: &Path, modules: &[&str]) -> Result<(), ImagerError> {
     let mut cmd = host::command(host::GRUB_MKIMAGE);
-    cmd.args(["-O", format, "-d", dir, "-p", "/grub", "-c"]).arg(early).arg("-o").arg(out).args(modules);
+    cmd.args(["-O", format, "-d"]).arg(dir).args(["-p", "/grub", "-c"]).arg(early).arg("-o").arg(out).args(modules);
     host::run(host::GRUB_MKIMAGE, &format!("building the {format} image"), &mut cmd)?;
     Ok(())
 }
@@ -413,17 +420,24 @@ fn seed(epoch: u32, what: &str) -> Vec<u8> {
     format!("talosbox disk.raw {epoch} {what}").into_bytes()
 }
 
-fn write_disk(work: &Path, out: &Path, p: &Profile, vmlinuz: &Path, initramfs: &Path) -> Result<(), ImagerError> {
+fn write_disk(
+    work: &Path,
+    out: &Path,
+    files: &host::Files,
+    p: &Profile,
+    vmlinuz: &Path,
+    initramfs: &Path,
+) -> Result<(), ImagerError> {
     const MIB: u64 = 1 << 20;
     let epoch = p.source_date_epoch;
     let early = work.join("early.cfg");
     write_file(&early, grub::early_config(BOOT_LABEL).as_bytes(), 0o644)?;
     let efi_app = work.join("BOOTX64.EFI");
     let efi_modules: Vec<&str> = grub::COMMON_MODULES.iter().chain(grub::EFI_MODULES).copied().collect();
-    grub_mkimage("x86_64-efi", host::GRUB_EFI_DIR.0, &early, &efi_app, &efi_modules)?;
+    grub_mkimage("x86_64-efi", &files.grub_efi, &early, &efi_app, &efi_modules)?;
     let core_path = work.join("core.img");
     let pc_modules: Vec<&str> = grub::COMMON_MODULES.iter().chain(grub::PC_MODULES).copied().collect();
-    grub_mkimage("i386-pc", host::GRUB_PC_DIR.0, &early, &core_path, &pc_modules)?;
+    grub_mkimage("i386-pc", &files.grub_pc, &early, &core_path, &pc_modules)?;
 
     // EFI system partition: FAT32 with GRUB as the removable-media default loader.
     let efi_img = work.join("efi.img");
@@ -444,7 +458,7 @@ fn write_disk(work: &Path, out: &Path, p: &Profile, vmlinuz: &Path, initramfs: &
 
     // BOOT: xfs populated from a protofile, clock frozen at the epoch.
     let boot_img = work.join("boot.img");
-    write_boot_fs(work, &boot_img, p, vmlinuz, initramfs)?;
+    write_boot_fs(work, &boot_img, &files.faketime, p, vmlinuz, initramfs)?;
 
     let part = |name: &str, type_guid: &str, mib: u64, attributes: u64| -> Result<gpt::PartitionSpec, ImagerError> {
         Ok(gpt::PartitionSpec {
@@ -465,7 +479,7 @@ fn write_disk(work: &Path, out: &Path, p: &Profile, vmlinuz: &Path, initramfs: &
     let table = plan.encode();
     let (efi_part, bios_part, boot_part) = (&plan.partitions[0], &plan.partitions[1], &plan.partitions[2]);
 
-    let boot_code_path = Path::new(host::GRUB_PC_DIR.0).join("boot.img");
+    let boot_code_path = files.grub_pc.join("boot.img");
     let boot_code = std::fs::read(&boot_code_path).map_err(io("reading", &boot_code_path))?;
     let mut mbr = table.mbr;
     grub::patch_mbr(&mut mbr, &boot_code, bios_part.first_lba)?;
@@ -519,7 +533,14 @@ fn copy_sparse(src: &Path, disk: &mut File, offset: u64, room: u64, out: &Path) 
     Ok(())
 }
 
-fn write_boot_fs(work: &Path, img: &Path, p: &Profile, vmlinuz: &Path, initramfs: &Path) -> Result<(), ImagerError> {
+fn write_boot_fs(
+    work: &Path,
+    img: &Path,
+    faketime: &Path,
+    p: &Profile,
+    vmlinuz: &Path,
+    initramfs: &Path,
+) -> Result<(), ImagerError> {
     let cfg = work.join("grub.cfg");
     let title = format!("talosbox {}", crate::version::VERSION);
     write_file(&cfg, grub::config(&p.cmdline, p.grub_timeout, &title).as_bytes(), 0o644)?;
@@ -544,7 +565,7 @@ fn write_boot_fs(work: &Path, img: &Path, p: &Profile, vmlinuz: &Path, initramfs
     let uuid = Guid::derived(&seed(p.source_date_epoch, "BOOT filesystem uuid")).to_string();
     let mut cmd: Command = host::command(host::MKFS_XFS);
     cmd.args(["-q", "-f", "-L", BOOT_LABEL, "-m"]).arg(format!("uuid={uuid}")).arg("-p").arg(&proto_path).arg(img);
-    cmd.env("LD_PRELOAD", host::FAKETIME_LIB.0)
+    cmd.env("LD_PRELOAD", faketime)
         .env("FAKETIME", utc_datetime(p.source_date_epoch))
         .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
         .env("TZ", "UTC");
