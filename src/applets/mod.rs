@@ -7,6 +7,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub mod imager;
 pub mod init;
 pub mod machined;
 pub mod talosctl;
@@ -21,7 +22,7 @@ const APPLETS: &[(&str, Option<Main>)] = &[
     ("apid", None),
     ("trustd", None),
     ("talosctl", Some(talosctl::main)),
-    ("imager", None),
+    ("imager", Some(imager::main)),
     ("operator", None),
     ("poweroff", Some(machined::poweroff)),
     ("reboot", Some(machined::reboot)),

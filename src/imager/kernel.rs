@@ -1,0 +1,479 @@
+//! The kernel and its modules: resolving Debian's cloud kernel (downloaded once into a
+//! cache), or taking a kernel and module tree by path; choosing the modules an image carries
+//! (named modules, modules matching device aliases, and their dependency closure); staging
+//! them with fresh depmod data.
+//!
+//! Host tools: `apt-cache`/`apt-get download` to resolve and fetch the package, `dpkg -x` to
+//! unpack it, `depmod -b` to compute dependency data. Selection itself is pure. It must never
+//! modify a module tree given by path.
+
+use super::host::{self, HostError};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// The Debian metapackage that names today's cloud kernel.
+pub const DEBIAN_META: &str = "linux-image-cloud-amd64";
+
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error(transparent)]
+    Host(#[from] HostError),
+    #[error("{what} {}: {source}", path.display())]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("`apt-cache depends {DEBIAN_META}` names no linux-image package (run apt-get update?)")]
+    NoPackage,
+    #[error("kernel package {}: {message}", path.display())]
+    Package { path: PathBuf, message: String },
+    #[error("module tree {}: {message}", path.display())]
+    Tree { path: PathBuf, message: String },
+    #[error("module {name:?} (profile {field}) is neither a module nor built into kernel {release}")]
+    UnknownModule { name: String, field: &'static str, release: String },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> KernelError + 'a {
+    move |source| KernelError::Io { what, path: path.to_path_buf(), source }
+}
+
+/// A kernel ready to use: image, module tree (`.../lib/modules/<release>`) with modules.dep.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    pub vmlinuz: PathBuf,
+    pub modules: PathBuf,
+    pub release: String,
+    /// Text for the `kernel-version` artifact: where the kernel came from.
+    pub description: String,
+}
+
+/// Where the kernel comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// Debian's cloud kernel, resolved now, cached in the directory.
+    Debian { cache: PathBuf },
+    /// A given .deb, unpacked into the cache directory.
+    Deb { deb: PathBuf, cache: PathBuf },
+    /// A kernel image and a module tree (`.../lib/modules/<release>`).
+    Paths { kernel: PathBuf, modules: PathBuf },
+}
+
+/// Resolves the source into a usable kernel; `work` is scratch space for this build.
+pub fn resolve(source: &Source, work: &Path, progress: &dyn Fn(&str)) -> Result<Kernel, KernelError> {
+    match source {
+        Source::Debian { cache } => {
+            let deb = fetch_debian(cache, progress)?;
+            unpack_deb(&deb, cache, progress)
+        }
+        Source::Deb { deb, cache } => unpack_deb(deb, cache, progress),
+        Source::Paths { kernel, modules } => from_paths(kernel, modules, work, progress),
+    }
+}
+
+/// `apt-cache depends` → package name; `apt-get download` into the cache unless present.
+fn fetch_debian(cache: &Path, progress: &dyn Fn(&str)) -> Result<PathBuf, KernelError> {
+    let out = host::run(
+        host::APT_CACHE,
+        "resolving the cloud kernel",
+        host::command(host::APT_CACHE).args(["depends", DEBIAN_META]),
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let package = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends:"))
+        .map(str::trim)
+        .find(|p| p.starts_with("linux-image-"))
+        .ok_or(KernelError::NoPackage)?
+        .to_string();
+    std::fs::create_dir_all(cache).map_err(io("creating kernel cache", cache))?;
+    if let Some(deb) = cached_deb(cache, &package)? {
+        progress(&format!("kernel: {package} (cached {})", deb.display()));
+        return Ok(deb);
+    }
+    progress(&format!("kernel: downloading {package} into {}", cache.display()));
+    // Download into a private directory and rename into place, so a concurrent build never
+    // sees a partial .deb.
+    let staging = cache.join(format!(".download-{}", std::process::id()));
+    std::fs::create_dir_all(&staging).map_err(io("creating", &staging))?;
+    host::run(
+        host::APT_GET,
+        "downloading the kernel package",
+        host::command(host::APT_GET).args(["download", "-q", &package]).current_dir(&staging),
+    )?;
+    let deb = cached_deb(&staging, &package)?.ok_or_else(|| KernelError::Package {
+        path: staging.join(&package),
+        message: "apt-get download left no .deb".into(),
+    })?;
+    let dest = cache.join(deb.file_name().unwrap_or_default());
+    std::fs::rename(&deb, &dest).map_err(io("moving into the cache", &deb))?;
+    std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+    Ok(dest)
+}
+
+fn cached_deb(cache: &Path, package: &str) -> Result<Option<PathBuf>, KernelError> {
+    let prefix = format!("{package}_");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(cache)
+        .map_err(io("reading kernel cache", cache))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            name.starts_with(&prefix) && name.ends_with(".deb")
+        })
+        .collect();
+    found.sort();
+    Ok(found.pop())
+}
+
+fn deb_field(deb: &Path, field: &str) -> Result<String, KernelError> {
+    let out = host::run(
+        host::DPKG_DEB,
+        "reading the kernel package",
+        host::command(host::DPKG_DEB).arg("-f").arg(deb).arg(field),
+    )?;
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if v.is_empty() {
+        return Err(KernelError::Package { path: deb.to_path_buf(), message: format!("no {field} field") });
+    }
+    Ok(v)
+}
+
+/// Unpacks the .deb once into `cache/<package>_<version>/` and runs depmod there.
+fn unpack_deb(deb: &Path, cache: &Path, progress: &dyn Fn(&str)) -> Result<Kernel, KernelError> {
+    let package = deb_field(deb, "Package")?;
+    let version = deb_field(deb, "Version")?;
+    let root = cache.join(format!("{package}_{version}"));
+    let done = root.join(".talosbox-unpacked");
+    if !done.exists() {
+        progress(&format!("kernel: unpacking {} and running depmod", deb.display()));
+        if root.exists() {
+            std::fs::remove_dir_all(&root).map_err(io("removing partial unpack", &root))?;
+        }
+        // Unpack privately and rename into place: a concurrent build sees all or nothing.
+        let staging = cache.join(format!(".unpack-{}", std::process::id()));
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+        }
+        host::run(host::DPKG, "unpacking the kernel", host::command(host::DPKG).arg("-x").arg(deb).arg(&staging))?;
+        let release = single_release(&staging.join("lib/modules"))?;
+        depmod(&staging, &release)?;
+        let marker = staging.join(".talosbox-unpacked");
+        std::fs::write(&marker, b"").map_err(io("marking unpack complete", &marker))?;
+        if std::fs::rename(&staging, &root).is_err() {
+            if !done.exists() {
+                return Err(KernelError::Package {
+                    path: root,
+                    message: "could not move the unpacked tree into place".into(),
+                });
+            }
+            // Another build finished the same unpack first.
+            std::fs::remove_dir_all(&staging).map_err(io("removing", &staging))?;
+        }
+    }
+    let release = single_release(&root.join("lib/modules"))?;
+    let vmlinuz = root.join("boot").join(format!("vmlinuz-{release}"));
+    if !vmlinuz.is_file() {
+        return Err(KernelError::Package { path: deb.to_path_buf(), message: format!("no boot/vmlinuz-{release}") });
+    }
+    let sha = super::sha256_file(deb).map_err(io("hashing", deb))?;
+    Ok(Kernel {
+        vmlinuz,
+        modules: root.join("lib/modules").join(&release),
+        description: format!("package: {package}\nversion: {version}\nrelease: {release}\ndeb-sha256: {sha}\n"),
+        release,
+    })
+}
+
+fn single_release(dir: &Path) -> Result<String, KernelError> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(io("reading module directory", dir))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        _ => Err(KernelError::Tree {
+            path: dir.to_path_buf(),
+            message: format!("expected exactly one kernel release directory, found {names:?}"),
+        }),
+    }
+}
+
+/// A kernel given by path. Without modules.dep the tree is copied into `work` and depmod'ed
+/// there, leaving the given tree untouched.
+fn from_paths(kernel: &Path, modules: &Path, work: &Path, progress: &dyn Fn(&str)) -> Result<Kernel, KernelError> {
+    let release = modules
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| KernelError::Tree { path: modules.to_path_buf(), message: "no release name".into() })?;
+    if !kernel.is_file() {
+        return Err(KernelError::Tree { path: kernel.to_path_buf(), message: "kernel image not found".into() });
+    }
+    let mut tree = modules.to_path_buf();
+    if !modules.join("modules.dep").is_file() {
+        progress(&format!("kernel: {} has no modules.dep; running depmod on a copy", modules.display()));
+        let base = work.join("kernel-tree");
+        tree = base.join("lib/modules").join(&release);
+        copy_tree(modules, &tree)?;
+        depmod(&base, &release)?;
+    }
+    let description = format!("kernel: {}\nmodules: {}\nrelease: {release}\n", kernel.display(), modules.display());
+    Ok(Kernel { vmlinuz: kernel.to_path_buf(), modules: tree, release, description })
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), KernelError> {
+    std::fs::create_dir_all(to).map_err(io("creating", to))?;
+    for e in std::fs::read_dir(from).map_err(io("reading", from))? {
+        let e = e.map_err(io("reading", from))?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if src.is_dir() {
+            copy_tree(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst).map_err(io("copying", &src))?;
+        }
+    }
+    Ok(())
+}
+
+/// `depmod -b BASE RELEASE` with an empty configuration, so the host's /etc/depmod.d cannot
+/// change the output.
+pub fn depmod(base: &Path, release: &str) -> Result<(), KernelError> {
+    let conf = base.join(".depmod.conf");
+    std::fs::write(&conf, b"").map_err(io("writing", &conf))?;
+    host::run(
+        host::DEPMOD,
+        "computing module dependencies",
+        host::command(host::DEPMOD).arg("-C").arg(&conf).arg("-b").arg(base).arg(release),
+    )?;
+    std::fs::remove_file(&conf).map_err(io("removing", &conf))?;
+    Ok(())
+}
+
+/// Module name as the kernel sees it: file stem with `-` folded to `_`.
+pub fn canonical(name: &str) -> String {
+    name.trim_end_matches(".ko").replace('-', "_")
+}
+
+fn stem(path: &str) -> &str {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file.strip_suffix(".ko").unwrap_or(file)
+}
+
+/// What the image carries: module files (tree-relative paths) and the always-load list.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Selection {
+    pub files: BTreeSet<String>,
+    /// File stems (e.g. `dm-mod`) of the always-load modules, profile order, built-ins left out.
+    pub load: Vec<String>,
+    pub builtin: Vec<String>,
+    pub by_alias: BTreeSet<String>,
+}
+
+/// Chooses modules: named ones, those whose alias matches a device modalias, and the
+/// dependency closure of all of them, from the texts of modules.dep/.alias/.builtin.
+pub fn select(
+    dep: &str,
+    alias: &str,
+    builtin: &str,
+    profile: &super::profile::Modules,
+    release: &str,
+) -> Result<Selection, KernelError> {
+    let mut deps: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
+    for line in dep.lines() {
+        let Some((path, rest)) = line.split_once(':') else { continue };
+        let d = rest.split_whitespace().map(str::to_string).collect();
+        deps.insert(canonical(stem(path)), (path.to_string(), d));
+    }
+    let builtins: BTreeSet<String> = builtin.lines().map(|l| canonical(stem(l.trim()))).collect();
+    let mut sel = Selection::default();
+    let mut roots: Vec<String> = Vec::new();
+    for (field, list, load) in [("modules.load", &profile.load, true), ("modules.include", &profile.include, false)] {
+        for name in list {
+            let c = canonical(name);
+            if let Some((path, _)) = deps.get(&c) {
+                if load {
+                    sel.load.push(stem(path).to_string());
+                }
+                roots.push(path.clone());
+            } else if builtins.contains(&c) {
+                sel.builtin.push(name.clone());
+            } else {
+                return Err(KernelError::UnknownModule { name: name.clone(), field, release: release.into() });
+            }
+        }
+    }
+    for line in alias.lines() {
+        let mut parts = line.split_whitespace();
+        let (Some("alias"), Some(pattern), Some(module)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if profile.device_modaliases.iter().any(|m| glob(pattern, m))
+            && let Some((path, _)) = deps.get(&canonical(module))
+        {
+            sel.by_alias.insert(stem(path).to_string());
+            roots.push(path.clone());
+        }
+    }
+    let by_path: BTreeMap<&str, &Vec<String>> = deps.values().map(|(p, d)| (p.as_str(), d)).collect();
+    while let Some(path) = roots.pop() {
+        if sel.files.insert(path.clone())
+            && let Some(d) = by_path.get(path.as_str())
+        {
+            roots.extend(d.iter().cloned());
+        }
+    }
+    Ok(sel)
+}
+
+/// fnmatch-style matching of a modules.alias pattern (`*`, `?`, `[...]`) against a modalias.
+pub fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() {
+            match p[pi] {
+                '*' => {
+                    star = Some((pi, ti));
+                    pi += 1;
+                    continue;
+                }
+                '?' => {
+                    pi += 1;
+                    ti += 1;
+                    continue;
+                }
+                '[' => {
+                    if let Some((matched, next)) = class(&p, pi, t[ti])
+                        && matched
+                    {
+                        pi = next;
+                        ti += 1;
+                        continue;
+                    }
+                }
+                c if c == t[ti] => {
+                    pi += 1;
+                    ti += 1;
+                    continue;
+                }
+                _ => {}
+            }
+        }
+        match star {
+            Some((sp, st)) => {
+                pi = sp + 1;
+                ti = st + 1;
+                star = Some((sp, st + 1));
+            }
+            None => return false,
+        }
+    }
+    p[pi..].iter().all(|c| *c == '*')
+}
+
+/// Matches `c` against the bracket expression starting at `p[start] == '['`; returns whether it
+/// matched and the index after `]`, or None if the bracket is not closed.
+fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
+    let mut i = start + 1;
+    let negate = matches!(p.get(i), Some('!') | Some('^'));
+    if negate {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    while i < p.len() && (first || p[i] != ']') {
+        first = false;
+        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+            matched |= p[i] <= c && c <= p[i + 2];
+            i += 3;
+        } else {
+            matched |= p[i] == c;
+            i += 1;
+        }
+    }
+    (i < p.len()).then_some((matched != negate, i + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::imager::profile::Modules;
+
+    #[test]
+    fn glob_table() {
+        let cases = [
+            ("pci:v00001AF4d*sv*sd*bc*sc*i*", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", true),
+            ("pci:v00008086d*", "pci:v00001AF4d00001000", false),
+            ("acpi*:PNP0C0C:*", "acpi:PNP0C0C:", true),
+            ("input:b*v*p*e*-e*k*r*a*m*l*s*f*w*", "input:b0019v0000p0001e0000-e0,1,k74,ramlsfw", true),
+            ("virtio:d00000001v*", "virtio:d00000002v00001AF4", false),
+            ("a[0-9]b", "a5b", true),
+            ("a[!0-9]b", "a5b", false),
+            ("a?c", "abc", true),
+            ("abc", "abcd", false),
+            ("*", "", true),
+        ];
+        for (p, t, want) in cases {
+            assert_eq!(glob(p, t), want, "{p} vs {t}");
+        }
+    }
+
+    const DEP: &str = "\
+kernel/fs/xfs/xfs.ko: kernel/lib/libcrc32c.ko
+kernel/lib/libcrc32c.ko:
+kernel/drivers/md/dm-mod.ko:
+kernel/drivers/net/virtio_net.ko: kernel/drivers/net/net_failover.ko kernel/net/core/failover.ko
+kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko
+kernel/net/core/failover.ko:
+kernel/drivers/acpi/button.ko:
+";
+    const ALIAS: &str = "\
+alias virtio:d00000001v* virtio_net
+alias acpi*:PNP0C0C:* button
+";
+
+    fn modules(load: &[&str], include: &[&str], aliases: &[&str]) -> Modules {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
+        Modules { load: v(load), include: v(include), device_modaliases: v(aliases) }
+    }
+
+    #[test]
+    fn selection_table() {
+        // (load, include, device modaliases, expected files, expected load list)
+        type List = &'static [&'static str];
+        let cases: &[(List, List, List, List, List)] = &[
+            (&["xfs"], &[], &[], &["kernel/fs/xfs/xfs.ko", "kernel/lib/libcrc32c.ko"], &["xfs"]),
+            (&["dm_mod", "ext4"], &[], &[], &["kernel/drivers/md/dm-mod.ko"], &["dm-mod"]),
+            (
+                &["dm-mod"],
+                &[],
+                &["virtio:d00000001v00001AF4", "acpi:PNP0C0C:"],
+                &[
+                    "kernel/drivers/acpi/button.ko",
+                    "kernel/drivers/md/dm-mod.ko",
+                    "kernel/drivers/net/net_failover.ko",
+                    "kernel/drivers/net/virtio_net.ko",
+                    "kernel/net/core/failover.ko",
+                ],
+                &["dm-mod"],
+            ),
+            (
+                &["failover"],
+                &["xfs"],
+                &[],
+                &["kernel/fs/xfs/xfs.ko", "kernel/lib/libcrc32c.ko", "kernel/net/core/failover.ko"],
+                &["failover"],
+            ),
+        ];
+        for (load, include, aliases, files, want_load) in cases {
+            let s = select(DEP, ALIAS, "kernel/fs/ext4/ext4.ko\n", &modules(load, include, aliases), "r").unwrap();
+            assert_eq!(s.files.iter().map(String::as_str).collect::<Vec<_>>(), *files, "{load:?} {aliases:?}");
+            assert_eq!(s.load, *want_load);
+        }
+    }
+
+    #[test]
+    fn unknown_module_is_named() {
+        let err = select(DEP, ALIAS, "", &modules(&["xfs"], &["nosuch"], &[]), "6.1").unwrap_err().to_string();
+        assert_eq!(err, "module \"nosuch\" (profile modules.include) is neither a module nor built into kernel 6.1");
+    }
+}

@@ -1,0 +1,595 @@
+//! The imager: assembles a bootable talosbox image set (rootfs, initramfs, kernel, UKI, GPT
+//! disk with GRUB, checksums) from the binary, a kernel and a profile under `images/`.
+//!
+//! It is build-time code and drives host tools where no library does the job: mksquashfs
+//! (rootfs), xz (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
+//! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
+//! images), apt/dpkg (the Debian kernel) and ldd (a dynamic binary's libraries). The cpio
+//! archive, the UKI, the GPT and GRUB's boot sector patching are written here in Rust.
+//! Every artifact must be bit-identical across builds: nothing may read the clock, random
+//! sources or the output path into an artifact; every time is the profile's epoch and every
+//! GUID/volume id is derived from it.
+
+pub mod cpio;
+pub mod elf;
+pub mod gpt;
+pub mod grub;
+pub mod host;
+pub mod kernel;
+pub mod profile;
+pub mod uki;
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use gpt::Guid;
+use profile::{Compression, Profile};
+
+/// Labels and type GUIDs of Talos's boot disk.
+pub const EFI_LABEL: &str = "EFI";
+pub const BIOS_LABEL: &str = "BIOS";
+pub const BOOT_LABEL: &str = "BOOT";
+pub const META_LABEL: &str = "META";
+pub const EFI_SYSTEM_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+pub const BIOS_BOOT_TYPE: &str = "21686148-6449-6E6F-744E-656564454649";
+pub const LINUX_DATA_TYPE: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+
+/// Artifact names, in SHA256SUMS order.
+pub const ARTIFACTS: &[&str] =
+    &["disk.raw", "initramfs.xz", "kernel-version", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+
+/// Names in the rootfs that point at /sbin/init.
+const ROOTFS_LINKS: &[&str] = &["machined", "apid", "trustd"];
+/// Empty mount points and directories in the rootfs.
+const ROOTFS_DIRS: &[&str] = &[
+    "boot", "dev", "etc", "lib", "mnt", "proc", "root", "run", "sbin", "sys", "system", "tmp", "usr", "usr/bin",
+    "usr/lib", "var",
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ImagerError {
+    #[error(transparent)]
+    Profile(#[from] profile::ProfileError),
+    #[error(transparent)]
+    Host(#[from] host::HostError),
+    #[error(transparent)]
+    Kernel(#[from] kernel::KernelError),
+    #[error(transparent)]
+    Elf(#[from] elf::ElfError),
+    #[error("building the initramfs: {0}")]
+    Cpio(#[from] cpio::CpioError),
+    #[error("assembling talosbox.efi: {0}")]
+    Pe(#[from] uki::PeError),
+    #[error("planning disk.raw: {0}")]
+    Gpt(#[from] gpt::GptError),
+    #[error("installing GRUB into disk.raw: {0}")]
+    Grub(#[from] grub::GrubError),
+    #[error("{what} {}: {source}", path.display())]
+    Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("work path {} contains whitespace, which mkfs.xfs protofiles cannot express", path.display())]
+    Whitespace { path: PathBuf },
+}
+
+fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ImagerError + 'a {
+    move |source| ImagerError::Io { what, path: path.to_path_buf(), source }
+}
+
+/// What to build from.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub profile: PathBuf,
+    pub output: PathBuf,
+    pub binary: PathBuf,
+    pub kernel: kernel::Source,
+    pub files: host::Files,
+}
+
+/// One line per step, with the elapsed time.
+pub struct Progress {
+    start: Instant,
+}
+
+impl Progress {
+    pub fn new() -> Self {
+        Self { start: Instant::now() }
+    }
+    pub fn step(&self, msg: &str) {
+        eprintln!("[imager {:6.1}s] {msg}", self.start.elapsed().as_secs_f64());
+    }
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Builds every artifact into `opts.output`; returns (name, size, sha256) per artifact.
+pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, String)>, ImagerError> {
+    let profile = Profile::load(&opts.profile)?;
+    let mut tools = vec![
+        host::MKSQUASHFS,
+        host::XZ,
+        host::DEPMOD,
+        host::MKFS_XFS,
+        host::MKFS_FAT,
+        host::MMD,
+        host::MCOPY,
+        host::GRUB_MKIMAGE,
+    ];
+    if !matches!(opts.kernel, kernel::Source::Paths { .. }) {
+        tools.extend([host::DPKG, host::DPKG_DEB]);
+    }
+    if matches!(opts.kernel, kernel::Source::Debian { .. }) {
+        tools.extend([host::APT_GET, host::APT_CACHE]);
+    }
+    host::require(&tools, &opts.files.with_packages())?;
+
+    let out = &opts.output;
+    std::fs::create_dir_all(out).map_err(io("creating output directory", out))?;
+    let out = &out.canonicalize().map_err(io("resolving output directory", out))?;
+    let work = out.join(".imager-work");
+    if work.exists() {
+        std::fs::remove_dir_all(&work).map_err(io("removing stale work directory", &work))?;
+    }
+    mkdir(&work)?;
+    if work.to_string_lossy().contains(char::is_whitespace) {
+        return Err(ImagerError::Whitespace { path: work });
+    }
+
+    let kernel = kernel::resolve(&opts.kernel, &work, &|m| progress.step(m))?;
+    progress.step(&format!("kernel: release {}", kernel.release));
+
+    let binary = std::fs::read(&opts.binary).map_err(io("reading binary", &opts.binary))?;
+    let libs = match elf::interpreter(&opts.binary, &binary)? {
+        None => {
+            progress.step(&format!("binary: {} is static", opts.binary.display()));
+            Vec::new()
+        }
+        Some(interp) => {
+            host::require(&[host::LDD], &[])?;
+            let libs = elf::libraries(&opts.binary)?;
+            progress.step(&format!(
+                "binary: {} is dynamic (interpreter {interp}); carrying its {} shared libraries in rootfs and initramfs",
+                opts.binary.display(),
+                libs.len()
+            ));
+            libs
+        }
+    };
+
+    let epoch = profile.source_date_epoch;
+    progress.step("rootfs.sqsh: staging and running mksquashfs");
+    let rootfs = out.join("rootfs.sqsh");
+    let rootfs_stage = work.join("rootfs");
+    stage_rootfs(&rootfs_stage, &binary, &libs)?;
+    mksquashfs(&rootfs_stage, &rootfs, epoch, profile.rootfs_compression)?;
+
+    progress.step("initramfs: choosing modules and running depmod");
+    let modules_stage = work.join("modules");
+    let selection = stage_modules(&kernel, &profile, &modules_stage)?;
+    progress.step(&format!(
+        "initramfs: {} module files ({} always loaded, {} matched device aliases, built in: {})",
+        selection.files.len(),
+        selection.load.len(),
+        selection.by_alias.len(),
+        if selection.builtin.is_empty() { "none".to_string() } else { selection.builtin.join(" ") }
+    ));
+    progress.step("initramfs.xz: writing cpio and compressing (xz -T1)");
+    let initramfs = out.join("initramfs.xz");
+    write_initramfs(&work, &initramfs, &binary, &libs, &rootfs, &modules_stage, &selection.load, epoch)?;
+
+    let vmlinuz = out.join("vmlinuz");
+    std::fs::copy(&kernel.vmlinuz, &vmlinuz).map_err(io("copying kernel", &kernel.vmlinuz))?;
+    set_mode(&vmlinuz, 0o644)?;
+    std::fs::write(out.join("kernel-version"), &kernel.description).map_err(io("writing", out))?;
+
+    progress.step("talosbox.efi: assembling the UKI");
+    write_uki(&out.join("talosbox.efi"), &opts.files, &profile, &vmlinuz, &initramfs)?;
+
+    progress.step("disk.raw: GRUB images, EFI and BOOT filesystems, GPT");
+    write_disk(&work, &out.join("disk.raw"), &opts.files, &profile, &vmlinuz, &initramfs)?;
+
+    std::fs::remove_dir_all(&work).map_err(io("removing work directory", &work))?;
+    progress.step("SHA256SUMS: hashing artifacts");
+    let mut sums = String::new();
+    let mut report = Vec::new();
+    for name in ARTIFACTS {
+        let path = out.join(name);
+        let sha = sha256_file(&path).map_err(io("hashing", &path))?;
+        let size = std::fs::metadata(&path).map_err(io("reading", &path))?.len();
+        sums.push_str(&format!("{sha}  {name}\n"));
+        report.push((name.to_string(), size, sha));
+    }
+    std::fs::write(out.join("SHA256SUMS"), sums).map_err(io("writing SHA256SUMS in", out))?;
+    Ok(report)
+}
+
+/// SHA-256 of a file, lowercase hex.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    let mut f = File::open(path)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn mkdir(p: &Path) -> Result<(), ImagerError> {
+    std::fs::create_dir_all(p).map_err(io("creating directory", p))?;
+    set_mode(p, 0o755)
+}
+
+fn set_mode(p: &Path, mode: u32) -> Result<(), ImagerError> {
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).map_err(io("setting mode of", p))
+}
+
+fn write_file(p: &Path, data: &[u8], mode: u32) -> Result<(), ImagerError> {
+    if let Some(parent) = p.parent() {
+        mkdir(parent)?;
+    }
+    std::fs::write(p, data).map_err(io("writing", p))?;
+    set_mode(p, mode)
+}
+
+/// The os-release both the rootfs and the UKI's `.osrel` carry.
+pub fn os_release() -> String {
+    let v = crate::version::VERSION;
+    format!(
+        "NAME=\"talosbox\"\nID=talosbox\nVERSION_ID={v}\nPRETTY_NAME=\"talosbox {v}\"\n\
+         HOME_URL=\"https://github.com/siderolabs/talos\"\n"
+    )
+}
+
+fn stage_rootfs(stage: &Path, binary: &[u8], libs: &[PathBuf]) -> Result<(), ImagerError> {
+    mkdir(stage)?;
+    for d in ROOTFS_DIRS {
+        mkdir(&stage.join(d))?;
+    }
+    write_file(&stage.join("sbin/init"), binary, 0o755)?;
+    for name in ROOTFS_LINKS {
+        let link = stage.join("sbin").join(name);
+        std::os::unix::fs::symlink("init", &link).map_err(io("linking", &link))?;
+    }
+    write_file(&stage.join("etc/os-release"), os_release().as_bytes(), 0o644)?;
+    for lib in libs {
+        let data = std::fs::read(lib).map_err(io("reading shared library", lib))?;
+        write_file(&stage.join(lib.strip_prefix("/").unwrap_or(lib)), &data, 0o755)?;
+    }
+    Ok(())
+}
+
+fn mksquashfs(stage: &Path, out: &Path, epoch: u32, comp: Compression) -> Result<(), ImagerError> {
+    if out.exists() {
+        std::fs::remove_file(out).map_err(io("removing", out))?;
+    }
+    let mut cmd = host::command(host::MKSQUASHFS);
+    let n = epoch.to_string();
+    cmd.arg(stage).arg(out).args(["-noappend", "-no-progress", "-quiet", "-reproducible", "-all-root"]);
+    cmd.args(["-mkfs-time", &n, "-all-time", &n, "-processors", "1", "-no-xattrs"]);
+    match comp {
+        Compression::None => cmd.args(["-noI", "-noD", "-noF", "-noX"]),
+        Compression::Gzip => cmd.args(["-comp", "gzip"]),
+        Compression::Xz => cmd.args(["-comp", "xz"]),
+        Compression::Zstd => cmd.args(["-comp", "zstd"]),
+    };
+    cmd.env_remove("SOURCE_DATE_EPOCH");
+    host::run(host::MKSQUASHFS, "building rootfs.sqsh", &mut cmd)?;
+    set_mode(out, 0o644)
+}
+
+/// Copies the chosen modules into `stage/lib/modules/<release>` with the tree's builtin and
+/// order lists, then regenerates the dependency data for just that set.
+fn stage_modules(k: &kernel::Kernel, p: &Profile, stage: &Path) -> Result<kernel::Selection, ImagerError> {
+    let read = |name: &str| {
+        let path = k.modules.join(name);
+        std::fs::read_to_string(&path).map_err(io("reading", &path))
+    };
+    let builtin = if k.modules.join("modules.builtin").exists() { read("modules.builtin")? } else { String::new() };
+    let sel = kernel::select(&read("modules.dep")?, &read("modules.alias")?, &builtin, &p.modules, &k.release)?;
+    let dst = stage.join("lib/modules").join(&k.release);
+    mkdir(&dst)?;
+    for f in &sel.files {
+        let data = std::fs::read(k.modules.join(f)).map_err(io("reading module", &k.modules.join(f)))?;
+        write_file(&dst.join(f), &data, 0o644)?;
+    }
+    for extra in ["modules.builtin", "modules.builtin.modinfo", "modules.order"] {
+        let src = k.modules.join(extra);
+        if src.exists() {
+            let data = std::fs::read(&src).map_err(io("reading", &src))?;
+            write_file(&dst.join(extra), &data, 0o644)?;
+        }
+    }
+    kernel::depmod(stage, &k.release)?;
+    Ok(sel)
+}
+
+/// Adds every file under `dir` to the archive at `prefix/<relative path>`, in sorted order.
+fn add_tree(a: &mut cpio::Archive, dir: &Path, prefix: &str) -> Result<(), ImagerError> {
+    let mut entries: Vec<_> =
+        std::fs::read_dir(dir).map_err(io("reading", dir))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        if path.is_dir() {
+            a.dir(&rel)?;
+            add_tree(a, &path, &rel)?;
+        } else {
+            a.file(&rel, 0o644, std::fs::read(&path).map_err(io("reading", &path))?)?;
+        }
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_initramfs(
+    work: &Path,
+    out: &Path,
+    binary: &[u8],
+    libs: &[PathBuf],
+    rootfs: &Path,
+    modules_stage: &Path,
+    load: &[String],
+    epoch: u32,
+) -> Result<(), ImagerError> {
+    let mut a = cpio::Archive::new();
+    a.file("init", 0o755, binary.to_vec())?;
+    a.file("rootfs.sqsh", 0o644, std::fs::read(rootfs).map_err(io("reading", rootfs))?)?;
+    add_tree(&mut a, modules_stage, "")?;
+    let mut list = load.join("\n");
+    list.push('\n');
+    a.file("etc/talosbox/modules", 0o644, list.into_bytes())?;
+    for d in ["dev", "proc", "sys", "run", "tmp"] {
+        a.dir(d)?;
+    }
+    // The kernel opens /dev/console for /init's stdio before anything mounts devtmpfs.
+    a.add("dev/console", cpio::Entry { mode: 0o600, kind: cpio::Kind::CharDev(5, 1) })?;
+    for lib in libs {
+        let rel = lib.strip_prefix("/").unwrap_or(lib).to_string_lossy().into_owned();
+        a.file(&rel, 0o755, std::fs::read(lib).map_err(io("reading shared library", lib))?)?;
+    }
+    let cpio_path = work.join("initramfs.cpio");
+    std::fs::write(&cpio_path, a.encode(epoch)?).map_err(io("writing", &cpio_path))?;
+    let xz = File::create(out).map_err(io("creating", out))?;
+    host::run(
+        host::XZ,
+        "compressing the initramfs",
+        host::command(host::XZ).args(["--check=crc32", "-T1", "-6", "-c"]).arg(&cpio_path).stdout(xz),
+    )?;
+    set_mode(out, 0o644)
+}
+
+fn write_uki(
+    out: &Path,
+    files: &host::Files,
+    p: &Profile,
+    vmlinuz: &Path,
+    initramfs: &Path,
+) -> Result<(), ImagerError> {
+    let stub_path = &files.efi_stub;
+    let stub = std::fs::read(stub_path).map_err(io("reading EFI stub", stub_path))?;
+    let osrel = os_release();
+    let linux = std::fs::read(vmlinuz).map_err(io("reading", vmlinuz))?;
+    let initrd = std::fs::read(initramfs).map_err(io("reading", initramfs))?;
+    let sections = [
+        uki::Section { name: ".osrel", data: osrel.as_bytes() },
+        uki::Section { name: ".cmdline", data: p.cmdline.as_bytes() },
+        uki::Section { name: ".linux", data: &linux },
+        uki::Section { name: ".initrd", data: &initrd },
+    ];
+    let image = uki::assemble(&stub, &sections, p.source_date_epoch)?;
+    write_file(out, &image, 0o644)
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC, for libfaketime.
+pub fn utc_datetime(epoch: u32) -> String {
+    let secs = epoch as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil-from-days (proleptic Gregorian), days since 1970-01-01.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+fn grub_mkimage(format: &str, dir: &Path, early: &Path, out: &Path, modules: &[&str]) -> Result<(), ImagerError> {
+    let mut cmd = host::command(host::GRUB_MKIMAGE);
+    cmd.args(["-O", format, "-d"]).arg(dir).args(["-p", "/grub", "-c"]).arg(early).arg("-o").arg(out).args(modules);
+    host::run(host::GRUB_MKIMAGE, &format!("building the {format} image"), &mut cmd)?;
+    Ok(())
+}
+
+fn seed(epoch: u32, what: &str) -> Vec<u8> {
+    format!("talosbox disk.raw {epoch} {what}").into_bytes()
+}
+
+fn write_disk(
+    work: &Path,
+    out: &Path,
+    files: &host::Files,
+    p: &Profile,
+    vmlinuz: &Path,
+    initramfs: &Path,
+) -> Result<(), ImagerError> {
+    const MIB: u64 = 1 << 20;
+    let epoch = p.source_date_epoch;
+    let early = work.join("early.cfg");
+    write_file(&early, grub::early_config(BOOT_LABEL).as_bytes(), 0o644)?;
+    let efi_app = work.join("BOOTX64.EFI");
+    let efi_modules: Vec<&str> = grub::COMMON_MODULES.iter().chain(grub::EFI_MODULES).copied().collect();
+    grub_mkimage("x86_64-efi", &files.grub_efi, &early, &efi_app, &efi_modules)?;
+    let core_path = work.join("core.img");
+    let pc_modules: Vec<&str> = grub::COMMON_MODULES.iter().chain(grub::PC_MODULES).copied().collect();
+    grub_mkimage("i386-pc", &files.grub_pc, &early, &core_path, &pc_modules)?;
+
+    // EFI system partition: FAT32 with GRUB as the removable-media default loader.
+    let efi_img = work.join("efi.img");
+    let volid = &Guid::derived(&seed(epoch, "EFI volume id")).to_string()[..8];
+    let mut mkfs = host::command(host::MKFS_FAT);
+    mkfs.args(["-F", "32", "-n", EFI_LABEL, "-i", volid, "--invariant", "-C"]);
+    mkfs.arg(&efi_img).arg((p.disk.efi_mib * 1024).to_string());
+    host::run(host::MKFS_FAT, "formatting EFI", &mut mkfs)?;
+    let mtools = |tool: host::Tool, args: &[&std::ffi::OsStr]| -> Result<(), ImagerError> {
+        let mut cmd = host::command(tool);
+        cmd.arg("-i").arg(&efi_img).args(args);
+        cmd.env("MTOOLS_SKIP_CHECK", "1").env("SOURCE_DATE_EPOCH", epoch.to_string()).env("TZ", "UTC");
+        host::run(tool, "populating EFI", &mut cmd)?;
+        Ok(())
+    };
+    mtools(host::MMD, &["::/EFI".as_ref(), "::/EFI/BOOT".as_ref()])?;
+    mtools(host::MCOPY, &[efi_app.as_os_str(), "::/EFI/BOOT/BOOTX64.EFI".as_ref()])?;
+
+    // BOOT: xfs populated from a protofile, clock frozen at the epoch.
+    let boot_img = work.join("boot.img");
+    write_boot_fs(work, &boot_img, &files.faketime, p, vmlinuz, initramfs)?;
+
+    let part = |name: &str, type_guid: &str, mib: u64, attributes: u64| -> Result<gpt::PartitionSpec, ImagerError> {
+        Ok(gpt::PartitionSpec {
+            name: name.into(),
+            type_guid: Guid::parse(type_guid)?,
+            guid: Guid::derived(&seed(epoch, &format!("partition {name}"))),
+            size_bytes: mib * MIB,
+            attributes,
+        })
+    };
+    let specs = [
+        part(EFI_LABEL, EFI_SYSTEM_TYPE, p.disk.efi_mib, 0)?,
+        part(BIOS_LABEL, BIOS_BOOT_TYPE, p.disk.bios_mib, gpt::ATTR_LEGACY_BIOS_BOOTABLE)?,
+        part(BOOT_LABEL, LINUX_DATA_TYPE, p.disk.boot_mib, 0)?,
+        part(META_LABEL, LINUX_DATA_TYPE, p.disk.meta_mib, 0)?,
+    ];
+    let plan = gpt::plan(Guid::derived(&seed(epoch, "disk")), &specs)?;
+    let table = plan.encode();
+    let (efi_part, bios_part, boot_part) = (&plan.partitions[0], &plan.partitions[1], &plan.partitions[2]);
+
+    let boot_code_path = files.grub_pc.join("boot.img");
+    let boot_code = std::fs::read(&boot_code_path).map_err(io("reading", &boot_code_path))?;
+    let mut mbr = table.mbr;
+    grub::patch_mbr(&mut mbr, &boot_code, bios_part.first_lba)?;
+    let mut core = std::fs::read(&core_path).map_err(io("reading", &core_path))?;
+    grub::patch_core(&mut core, bios_part.first_lba, bios_part.size())?;
+
+    if out.exists() {
+        std::fs::remove_file(out).map_err(io("removing", out))?;
+    }
+    let mut disk = File::create(out).map_err(io("creating", out))?;
+    disk.set_len(plan.total_sectors * gpt::SECTOR).map_err(io("sizing", out))?;
+    let mut put = |offset: u64, data: &[u8]| -> Result<(), ImagerError> {
+        disk.seek(SeekFrom::Start(offset)).and_then(|_| disk.write_all(data)).map_err(io("writing", out))
+    };
+    put(0, &mbr)?;
+    put(gpt::SECTOR, &table.primary)?;
+    put(table.backup_offset, &table.backup)?;
+    put(bios_part.offset(), &core)?;
+    copy_sparse(&efi_img, &mut disk, efi_part.offset(), efi_part.size(), out)?;
+    copy_sparse(&boot_img, &mut disk, boot_part.offset(), boot_part.size(), out)?;
+    disk.sync_all().map_err(io("syncing", out))?;
+    set_mode(out, 0o644)
+}
+
+/// Copies a filesystem image into the disk at `offset`, skipping all-zero blocks so the
+/// disk stays sparse.
+fn copy_sparse(src: &Path, disk: &mut File, offset: u64, room: u64, out: &Path) -> Result<(), ImagerError> {
+    let mut f = File::open(src).map_err(io("reading", src))?;
+    let len = f.metadata().map_err(io("reading", src))?.len();
+    if len > room {
+        return Err(ImagerError::Io {
+            what: "fitting filesystem image",
+            path: src.to_path_buf(),
+            source: std::io::Error::other(format!("{len} bytes exceed the {room}-byte partition")),
+        });
+    }
+    let mut buf = vec![0u8; 1 << 16];
+    let mut pos = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(io("reading", src))?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|b| *b != 0) {
+            disk.seek(SeekFrom::Start(offset + pos))
+                .and_then(|_| disk.write_all(&buf[..n]))
+                .map_err(io("writing", out))?;
+        }
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+fn write_boot_fs(
+    work: &Path,
+    img: &Path,
+    faketime: &Path,
+    p: &Profile,
+    vmlinuz: &Path,
+    initramfs: &Path,
+) -> Result<(), ImagerError> {
+    let cfg = work.join("grub.cfg");
+    let title = format!("talosbox {}", crate::version::VERSION);
+    write_file(&cfg, grub::config(&p.cmdline, p.grub_timeout, &title).as_bytes(), 0o644)?;
+    let proto = format!(
+        "/dev/null\n0 0\nd--755 0 0\n\
+         A d--755 0 0\n\
+         initramfs.xz ---644 0 0 {}\n\
+         vmlinuz ---644 0 0 {}\n\
+         $\n\
+         grub d--755 0 0\n\
+         grub.cfg ---644 0 0 {}\n\
+         $\n$\n",
+        initramfs.display(),
+        vmlinuz.display(),
+        cfg.display()
+    );
+    let proto_path = work.join("boot.proto");
+    write_file(&proto_path, proto.as_bytes(), 0o644)?;
+    let f = File::create(img).map_err(io("creating", img))?;
+    f.set_len(p.disk.boot_mib << 20).map_err(io("sizing", img))?;
+    drop(f);
+    let uuid = Guid::derived(&seed(p.source_date_epoch, "BOOT filesystem uuid")).to_string();
+    let mut cmd: Command = host::command(host::MKFS_XFS);
+    cmd.args(["-q", "-f", "-L", BOOT_LABEL, "-m"]).arg(format!("uuid={uuid}")).arg("-p").arg(&proto_path).arg(img);
+    cmd.env("LD_PRELOAD", faketime)
+        .env("FAKETIME", utc_datetime(p.source_date_epoch))
+        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+        .env("TZ", "UTC");
+    if p.disk.boot_mib < 300 {
+        // mkfs.xfs refuses filesystems under 300 MB outside its own test suite.
+        cmd.env("TEST_DIR", "1").env("TEST_DEV", "1").env("QA_CHECK_FS", "1");
+    }
+    host::run(host::MKFS_XFS, "formatting BOOT", &mut cmd)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_datetime_table() {
+        for (epoch, want) in [
+            (0, "1970-01-01 00:00:00"),
+            (1_700_000_000, "2023-11-14 22:13:20"),
+            (951_782_400, "2000-02-29 00:00:00"),
+            (4_102_444_799, "2099-12-31 23:59:59"),
+        ] {
+            assert_eq!(utc_datetime(epoch), want);
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Image profiles: the data files under `images/` that say what goes into an image
+//! (kernel command line, modules, disk sizes, the pinned build time).
+//!
+//! Parsing and validation only; unknown fields are errors and every error names the field.
+//! It must never look at the host or the kernel: checking module names against a kernel is
+//! the kernel module's job.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Profile {
+    /// Kernel command line for every boot path (UKI `.cmdline`, GRUB entries).
+    pub cmdline: String,
+    /// Every timestamp in every artifact (seconds since the epoch).
+    pub source_date_epoch: u32,
+    /// Seconds GRUB shows its menu.
+    #[serde(default)]
+    pub grub_timeout: u32,
+    /// squashfs compression of the rootfs: `none` (the initramfs is xz-compressed
+    /// anyway), `gzip`, `xz` or `zstd`.
+    #[serde(default)]
+    pub rootfs_compression: Compression,
+    pub modules: Modules,
+    pub disk: Disk,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Xz,
+    Zstd,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Modules {
+    /// Modules init always loads, in this order (written to `/etc/talosbox/modules`).
+    pub load: Vec<String>,
+    /// Further modules carried in the initramfs but not loaded unconditionally.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Modaliases of devices the image must drive (e.g. QEMU's); every module whose
+    /// `modules.alias` pattern matches one is carried too.
+    #[serde(default)]
+    pub device_modaliases: Vec<String>,
+}
+
+/// Partition sizes in MiB, Talos's layout: BIOS, EFI, BOOT, META.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Disk {
+    pub efi_mib: u64,
+    pub bios_mib: u64,
+    pub boot_mib: u64,
+    pub meta_mib: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("reading profile {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("profile {}: {message}", path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("profile {}: field {field}: {message}", path.display())]
+    Invalid { path: PathBuf, field: &'static str, message: String },
+}
+
+impl Profile {
+    pub fn load(path: &Path) -> Result<Self, ProfileError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ProfileError::Read { path: path.to_path_buf(), source })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parses and validates; `path` is only used in messages.
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ProfileError> {
+        let p: Profile = serde_saphyr::from_str(text)
+            .map_err(|e| ProfileError::Parse { path: path.to_path_buf(), message: e.to_string() })?;
+        let invalid =
+            |field, message: &str| ProfileError::Invalid { path: path.to_path_buf(), field, message: message.into() };
+        if p.cmdline.trim().is_empty() {
+            return Err(invalid("cmdline", "must not be empty"));
+        }
+        if p.cmdline.contains('\n') {
+            return Err(invalid("cmdline", "must be one line"));
+        }
+        if p.modules.load.is_empty() {
+            return Err(invalid("modules.load", "must name at least one module"));
+        }
+        for (field, list) in [("modules.load", &p.modules.load), ("modules.include", &p.modules.include)] {
+            if let Some(bad) = list.iter().find(|m| !valid_module_name(m)) {
+                return Err(invalid(field, &format!("{bad:?} is not a module name")));
+            }
+        }
+        if p.modules.device_modaliases.iter().any(|a| a.is_empty() || a.contains(char::is_whitespace)) {
+            return Err(invalid("modules.device-modaliases", "entries must be non-empty, without spaces"));
+        }
+        for (field, v) in [
+            ("disk.efi-mib", p.disk.efi_mib),
+            ("disk.bios-mib", p.disk.bios_mib),
+            ("disk.boot-mib", p.disk.boot_mib),
+            ("disk.meta-mib", p.disk.meta_mib),
+        ] {
+            if v == 0 || v > 64 * 1024 {
+                return Err(invalid(field, "must be between 1 and 65536"));
+            }
+        }
+        if p.disk.efi_mib < 33 {
+            return Err(invalid("disk.efi-mib", "FAT32 needs at least 33 MiB"));
+        }
+        Ok(p)
+    }
+}
+
+fn valid_module_name(m: &str) -> bool {
+    !m.is_empty() && m.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "\
+cmdline: console=ttyS0
+source-date-epoch: 1700000000
+modules:
+  load: [virtio_blk, dm-mod]
+disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
+";
+
+    #[test]
+    fn parses_the_minimal_profile() {
+        let p = Profile::parse(Path::new("p.yaml"), GOOD).unwrap();
+        assert_eq!(p.modules.load, ["virtio_blk", "dm-mod"]);
+        assert_eq!(p.rootfs_compression, Compression::None);
+        assert_eq!(p.grub_timeout, 0);
+    }
+
+    #[test]
+    fn the_shipped_profiles_parse() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("images");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                Profile::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                seen += 1;
+            }
+        }
+        assert!(seen > 0, "no profiles under {}", dir.display());
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        // (edit applied to GOOD, text the error must contain)
+        let cases: &[(&str, &str, &str)] = &[
+            ("cmdline: console=ttyS0", "cmdline: ''", "field cmdline"),
+            ("modules:\n", "modules:\n  colour: red\n", "colour"),
+            ("source-date-epoch: 1700000000", "source-date-epoch: soon", "source-date-epoch"),
+            ("boot-mib: 1000", "boot-mib: 0", "disk.boot-mib"),
+            ("efi-mib: 100", "efi-mib: 10", "disk.efi-mib"),
+            ("[virtio_blk, dm-mod]", "[]", "modules.load"),
+            ("[virtio_blk, dm-mod]", "['virtio blk']", "modules.load"),
+            ("disk:", "disks:", "disks"),
+        ];
+        for (from, to, want) in cases {
+            let text = GOOD.replacen(from, to, 1);
+            assert_ne!(text, GOOD, "edit {from:?} did not apply");
+            let err = Profile::parse(Path::new("p.yaml"), &text).unwrap_err().to_string();
+            assert!(err.contains(want), "{to:?}: error {err:?} should mention {want:?}");
+            assert!(err.contains("p.yaml"), "{err}");
+        }
+    }
+}
