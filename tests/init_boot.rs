@@ -103,10 +103,14 @@ fn target_dir() -> PathBuf {
     exe.parent().and_then(Path::parent).expect("binary lives in <target>/<profile>/").to_path_buf()
 }
 
-/// Builds the static binary the image would carry, once per test run, in its own target dir.
+/// The static binary the image would carry: `$TALOSBOX_STATIC_BIN` when tests/run has built it
+/// already, else built once per test run in its own target dir.
 fn static_binary() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(prebuilt) = std::env::var_os("TALOSBOX_STATIC_BIN") {
+            return PathBuf::from(prebuilt);
+        }
         let dir = target_dir().join("init-boot-static");
         let status = Command::new(env!("CARGO"))
             .args(["build", "--locked", "--release", "--target", "x86_64-unknown-linux-gnu", "--bin", "talosbox"])
