@@ -217,10 +217,11 @@ fn boot(work: &Path, initramfs: &Path, until: Option<&str>) -> (String, bool, Du
         if child.try_wait().expect("waiting for qemu").is_some() {
             break true;
         }
-        if let Some(text) = until {
-            if seen_at.is_none() && std::fs::read(&log_path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(text)) {
-                seen_at = Some(Instant::now());
-            }
+        if let Some(text) = until
+            && seen_at.is_none()
+            && std::fs::read(&log_path).is_ok_and(|b| String::from_utf8_lossy(&b).contains(text))
+        {
+            seen_at = Some(Instant::now());
         }
         let grace_over = seen_at.is_some_and(|t| t.elapsed() > Duration::from_secs(2));
         if started.elapsed() > BOOT_TIMEOUT || grace_over {

@@ -208,13 +208,13 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
         use crate::provision::cluster::NodeProgress;
         let ready = nodes.iter().filter(|(_, p)| matches!(p, NodeProgress::Ready(_))).count();
         for (name, p) in nodes {
-            if let NodeProgress::Ready(d) = p {
-                if shown.insert(name.clone()) {
-                    if tty {
-                        eprint!("\r\x1b[K");
-                    }
-                    eprintln!("  {name}: maintenance after {:.1} s", d.as_secs_f64());
+            if let NodeProgress::Ready(d) = p
+                && shown.insert(name.clone())
+            {
+                if tty {
+                    eprint!("\r\x1b[K");
                 }
+                eprintln!("  {name}: maintenance after {:.1} s", d.as_secs_f64());
             }
         }
         if ready == nodes.len() {

@@ -312,9 +312,6 @@ mod tests {
         for name in ["machinestatuses", "MachineStatus"] {
             assert!(statuses.matches(name), "{name} should match");
         }
-        for name in ["ProbeSpecs.test.talos.dev"] {
-            assert!(d.matches(name), "{name} should match");
-        }
         assert!(!d.matches("probes.other"));
     }
 

@@ -137,7 +137,7 @@ fn check_path(path: &str) -> Result<(), CpioError> {
 }
 
 fn pad4(out: &mut Vec<u8>) {
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }
