@@ -4,6 +4,7 @@
 pub mod applets;
 pub mod controllers;
 pub mod cosi;
+pub mod hosttools;
 pub mod imager;
 pub mod kernel;
 pub mod machined;

@@ -1,17 +1,9 @@
-//! Host tools the imager drives, and the Debian packages that provide them.
-//!
-//! Finding a tool and running it with a clear error is all this does; a missing tool is
-//! reported with the package to install. It must never install anything itself.
+//! The host tools and data files the imager uses, with the Debian packages that provide them.
+//! Finding and running them is `crate::hosttools`'s job; this never installs anything.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-/// A program (or data file) the imager needs from the host, and its Debian package.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tool {
-    pub name: &'static str,
-    pub package: &'static str,
-}
+pub use crate::hosttools::{HostError, Tool, command, find, require, run};
 
 pub const MKSQUASHFS: Tool = Tool { name: "mksquashfs", package: "squashfs-tools" };
 pub const XZ: Tool = Tool { name: "xz", package: "xz-utils" };
@@ -61,89 +53,5 @@ impl Files {
             (&self.grub_efi, "grub-efi-amd64-bin"),
             (&self.faketime, "libfaketime"),
         ]
-    }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    #[error("{}", missing.iter().map(|(n, p)| format!("{n} not found: apt-get install {p}")).collect::<Vec<_>>().join("; "))]
-    Missing { missing: Vec<(String, String)> },
-    #[error("starting {tool} ({what}): {source}")]
-    Spawn { tool: &'static str, what: String, source: std::io::Error },
-    #[error("{tool} failed ({what}): {status}: {stderr}")]
-    Failed { tool: &'static str, what: String, status: std::process::ExitStatus, stderr: String },
-}
-
-/// Looks a program up on PATH and in the sbin directories (root's tools live there).
-pub fn find(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Checks every tool and data file at once, so the user gets one error listing all of them.
-pub fn require(tools: &[Tool], files: &[(&Path, &str)]) -> Result<(), HostError> {
-    let mut missing: Vec<(String, String)> = Vec::new();
-    for t in tools {
-        if find(t.name).is_none() && !missing.iter().any(|(n, _)| n == t.name) {
-            missing.push((t.name.to_string(), t.package.to_string()));
-        }
-    }
-    for (path, package) in files {
-        if !path.exists() {
-            missing.push((path.display().to_string(), package.to_string()));
-        }
-    }
-    if missing.is_empty() { Ok(()) } else { Err(HostError::Missing { missing }) }
-}
-
-/// A command for `tool`, resolved to its full path when found.
-pub fn command(tool: Tool) -> Command {
-    Command::new(find(tool.name).unwrap_or_else(|| PathBuf::from(tool.name)))
-}
-
-/// Runs `cmd` to completion; non-zero exit is an error carrying the tool's stderr.
-pub fn run(tool: Tool, what: &str, cmd: &mut Command) -> Result<Output, HostError> {
-    let out = cmd.output().map_err(|source| {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            return HostError::Missing { missing: vec![(tool.name.to_string(), tool.package.to_string())] };
-        }
-        HostError::Spawn { tool: tool.name, what: what.to_string(), source }
-    })?;
-    if !out.status.success() {
-        return Err(HostError::Failed {
-            tool: tool.name,
-            what: what.to_string(),
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn missing_tools_name_their_packages_in_one_error() {
-        let a = Tool { name: "talosbox-no-such-tool", package: "pkg-a" };
-        let b = Tool { name: "talosbox-no-such-tool-2", package: "pkg-b" };
-        let err = require(&[a, b], &[(Path::new("/no/such/file"), "pkg-c")]).unwrap_err().to_string();
-        assert_eq!(
-            err,
-            "talosbox-no-such-tool not found: apt-get install pkg-a; \
-             talosbox-no-such-tool-2 not found: apt-get install pkg-b; \
-             /no/such/file not found: apt-get install pkg-c"
-        );
-    }
-
-    #[test]
-    fn run_reports_failure_with_stderr() {
-        let sh = Tool { name: "sh", package: "dash" };
-        let err = run(sh, "test", command(sh).args(["-c", "echo boom >&2; exit 3"])).unwrap_err().to_string();
-        assert!(err.contains("sh failed (test)") && err.contains("boom"), "{err}");
     }
 }

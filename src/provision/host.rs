@@ -8,19 +8,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 
 use super::{ProvisionError, io_err};
 
-/// A program (or file) the provisioner needs, and the Debian package that ships it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tool {
-    pub name: &'static str,
-    pub package: &'static str,
-}
+pub use crate::hosttools::Tool;
 
 pub const QEMU: Tool = Tool { name: "qemu-system-x86_64", package: "qemu-system-x86" };
 pub const SWTPM: Tool = Tool { name: "swtpm", package: "swtpm" };
@@ -28,55 +23,23 @@ pub const MKFS_FAT: Tool = Tool { name: "mkfs.fat", package: "dosfstools" };
 pub const MMD: Tool = Tool { name: "mmd", package: "mtools" };
 pub const MCOPY: Tool = Tool { name: "mcopy", package: "mtools" };
 
-/// Looks `name` up on `$PATH` plus the sbin directories (mkfs.fat lives in /usr/sbin, which an
-/// ordinary user's PATH often lacks).
+/// Looks `name` up on `$PATH` plus the sbin directories.
 pub fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    crate::hosttools::find(name)
 }
 
 /// Checks every tool (and firmware file) at once, so the user installs them in one go.
 pub fn check_tools(tools: &[Tool], files: &[(&str, &'static str)]) -> Result<(), ProvisionError> {
-    let mut missing: Vec<String> = Vec::new();
-    let mut packages: Vec<String> = Vec::new();
-    let mut note = |what: String, package: &str| {
-        missing.push(what);
-        if !packages.iter().any(|p| p == package) {
-            packages.push(package.to_string());
-        }
-    };
-    for t in tools {
-        if which(t.name).is_none() {
-            note(t.name.to_string(), t.package);
-        }
-    }
-    for (file, package) in files {
-        if !Path::new(file).is_file() {
-            note((*file).to_string(), package);
-        }
-    }
-    if missing.is_empty() { Ok(()) } else { Err(ProvisionError::MissingTools { tools: missing, packages }) }
+    let files: Vec<(&Path, &str)> = files.iter().map(|(f, p)| (Path::new(*f), *p)).collect();
+    crate::hosttools::require(tools, &files).map_err(ProvisionError::Host)
 }
 
 /// Runs a host tool to completion, turning failure into an error carrying its stderr.
 fn run(tool: &Tool, args: &[&str]) -> Result<(), ProvisionError> {
-    let program = which(tool.name).unwrap_or_else(|| PathBuf::from(tool.name));
-    let out = Command::new(&program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| ProvisionError::Spawn { tool: tool.name.to_string(), source })?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(ProvisionError::ToolFailed {
-        tool: format!("{} {}", tool.name, args.join(" ")),
-        status: out.status.to_string(),
-        detail: format!(": {}", String::from_utf8_lossy(&out.stderr).trim()),
-    })
+    let what = args.join(" ");
+    let mut cmd = crate::hosttools::command(*tool);
+    cmd.args(args).stdin(Stdio::null());
+    crate::hosttools::run(*tool, &what, &mut cmd).map(drop).map_err(ProvisionError::Host)
 }
 
 /// Builds a FAT image at `esp` holding `uki` as `\EFI\BOOT\BOOTX64.EFI`, the path firmware boots
@@ -159,22 +122,7 @@ pub fn qmp(socket: &Path, command: &str) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn missing_tools_name_their_packages_once() {
-        let fake = [
-            Tool { name: "talosbox-no-such-tool-a", package: "pkg-a" },
-            Tool { name: "talosbox-no-such-tool-b", package: "pkg-a" },
-            Tool { name: "sh", package: "dash" },
-        ];
-        let err = check_tools(&fake, &[("/nonexistent/OVMF_CODE_4M.fd", "ovmf")]).unwrap_err().to_string();
-        assert_eq!(
-            err,
-            "missing host tools: talosbox-no-such-tool-a, talosbox-no-such-tool-b, /nonexistent/OVMF_CODE_4M.fd; \
-             install with: apt-get install -y pkg-a ovmf"
-        );
-        assert!(check_tools(&[Tool { name: "sh", package: "dash" }], &[]).is_ok());
-    }
+    use std::process::Command;
 
     #[test]
     fn terminate_stops_a_real_child_and_checks_its_name() {

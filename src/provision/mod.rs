@@ -36,8 +36,8 @@ pub enum ProvisionError {
     NonUtf8Path { path: PathBuf },
     #[error("unix socket path {} is {len} bytes, longer than the 107 the kernel allows; use a shorter --state", path.display())]
     SocketPathTooLong { path: PathBuf, len: usize },
-    #[error("missing host tools: {}; install with: apt-get install -y {}", tools.join(", "), packages.join(" "))]
-    MissingTools { tools: Vec<String>, packages: Vec<String> },
+    #[error(transparent)]
+    Host(#[from] crate::hosttools::HostError),
     #[error("cluster {name:?} already exists at {}; destroy it first (talosctl cluster destroy --name {name})", dir.display())]
     AlreadyExists { name: String, dir: PathBuf },
     #[error("no cluster {name:?} at {}", dir.display())]
@@ -52,8 +52,6 @@ pub enum ProvisionError {
     Port(#[source] std::io::Error),
     #[error("running {tool}: {source}")]
     Spawn { tool: String, source: std::io::Error },
-    #[error("{tool} failed ({status}){detail}")]
-    ToolFailed { tool: String, status: String, detail: String },
     #[error("starting node {node}: QEMU exited with {status}: {stderr}")]
     QemuStart { node: String, status: String, stderr: String },
     #[error("starting swtpm for node {node}: {detail}")]
