@@ -64,8 +64,9 @@ pub struct GenericMergeController<T: Mergeable> {
     key_of: HashMap<String, String>,
     /// key → the candidates feeding it.
     members: HashMap<String, BTreeSet<String>>,
-    /// Keys whose merged resource is waiting for holders to release it.
-    removing: BTreeSet<String>,
+    /// Keys whose merged resource is waiting for holders to release it (to be destroyed, or
+    /// to be re-created); retried on every reconcile.
+    held: BTreeSet<String>,
     _spec: PhantomData<fn() -> T>,
 }
 
@@ -74,7 +75,7 @@ impl<T: Mergeable> Default for GenericMergeController<T> {
         GenericMergeController {
             key_of: HashMap::new(),
             members: HashMap::new(),
-            removing: BTreeSet::new(),
+            held: BTreeSet::new(),
             _spec: PhantomData,
         }
     }
@@ -113,9 +114,9 @@ impl<T: Mergeable> GenericMergeController<T> {
             self.index(c.id(), c.spec().merge_id());
         }
         let merged = merge(candidates.iter().map(|r| (r.id(), r.spec())));
+        self.held.clear();
         for (key, spec) in merged {
-            self.removing.remove(&key);
-            ctx.apply(T::MERGED_NAMESPACE, &key, spec)?;
+            self.apply(ctx, &key, spec)?;
         }
         // Outputs not applied above are cleaned up by the runtime.
         Ok(())
@@ -129,17 +130,24 @@ impl<T: Mergeable> GenericMergeController<T> {
             }
         }
         match merge(candidates.iter().map(|r| (r.id(), r.spec()))).remove(key) {
-            Some(spec) => {
-                self.removing.remove(key);
-                ctx.apply(T::MERGED_NAMESPACE, key, spec)?;
-            }
+            Some(spec) => self.apply(ctx, key, spec)?,
             None => {
-                if !ctx.remove::<T>(T::MERGED_NAMESPACE, key)? {
-                    self.removing.insert(key.to_string());
+                if ctx.remove::<T>(T::MERGED_NAMESPACE, key)? {
+                    self.held.remove(key);
                 } else {
-                    self.removing.remove(key);
+                    self.held.insert(key.to_string());
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// Applies a merged spec, remembering the key if its old resource is still held.
+    fn apply(&mut self, ctx: &mut Context, key: &str, spec: T) -> Result<(), ReconcileError> {
+        if ctx.apply(T::MERGED_NAMESPACE, key, spec)?.metadata().phase == Phase::TearingDown {
+            self.held.insert(key.to_string());
+        } else {
+            self.held.remove(key);
         }
         Ok(())
     }
@@ -165,7 +173,7 @@ impl<T: Mergeable> Controller for GenericMergeController<T> {
         }
         ctx.skip_cleanup();
         let changed: Vec<String> = ctx.changed().map(|(_, _, id)| id.clone()).collect();
-        let mut dirty: BTreeSet<String> = std::mem::take(&mut self.removing);
+        let mut dirty: BTreeSet<String> = std::mem::take(&mut self.held);
         for id in changed {
             dirty.extend(self.unindex(&id));
             if let Some(r) = ctx.get::<T>(T::CANDIDATE_NAMESPACE, &id)?
@@ -305,6 +313,27 @@ mod tests {
         .await;
         h.state().remove_finalizer::<HostSpec>("test", "a", "AddressSpecController").unwrap();
         h.assert_absent::<HostSpec>("test", "a").await;
+        h.stop().await;
+    }
+
+    #[tokio::test]
+    async fn candidate_returning_while_held_recreates_after_release() {
+        let h = harness();
+        h.seed("test-config", "c1", spec("a", 1, "old")).unwrap();
+        h.assert_spec("test", "a", &spec("a", 1, "old")).await;
+        h.state().add_finalizer::<HostSpec>("test", "a", "AddressSpecController").unwrap();
+        h.unseed::<HostSpec>("test-config", "c1").unwrap();
+        h.assert_eventually::<HostSpec, _>("test", "a", "tearing down but held", |r| {
+            r.is_some_and(|r| r.metadata().phase == Phase::TearingDown)
+        })
+        .await;
+        // Wanted again while held: other keys keep merging meanwhile.
+        h.seed("test-config", "c2", spec("a", 2, "new")).unwrap();
+        h.seed("test-config", "c3", spec("b", 1, "other")).unwrap();
+        h.assert_spec("test", "b", &spec("b", 1, "other")).await;
+        h.state().remove_finalizer::<HostSpec>("test", "a", "AddressSpecController").unwrap();
+        let back = h.assert_spec("test", "a", &spec("a", 2, "new")).await;
+        assert_eq!(back.metadata().phase, Phase::Running);
         h.stop().await;
     }
 

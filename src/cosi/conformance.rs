@@ -140,8 +140,8 @@ pub async fn finalizers_block_destroy(factory: &Factory) -> CheckResult {
     Ok(())
 }
 
-/// Teardown moves to the tearing-down phase once, refuses new finalizers, and lets holders
-/// release theirs.
+/// Teardown moves to the tearing-down phase once, refuses updates and new finalizers, and
+/// lets holders release theirs.
 pub async fn teardown(factory: &Factory) -> CheckResult {
     let s = factory(64);
     s.create(sample("a", 1), "owner").map_err(|e| e.to_string())?;
@@ -152,6 +152,9 @@ pub async fn teardown(factory: &Factory) -> CheckResult {
     let again = s.teardown(NS, TY, "a", "owner").map_err(|e| e.to_string())?;
     ensure!(again.metadata.version == 3, "second teardown bumped the version");
     expect_err("finalizer during teardown", s.add_finalizer(NS, TY, "a", "late"), |e| {
+        matches!(e, StateError::PhaseConflict { .. })
+    })?;
+    expect_err("update during teardown", s.update(sample("a", 9), 3, "owner"), |e| {
         matches!(e, StateError::PhaseConflict { .. })
     })?;
     let released = s.remove_finalizer(NS, TY, "a", "holder").map_err(|e| e.to_string())?;

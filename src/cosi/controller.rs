@@ -235,6 +235,10 @@ impl Context {
 
     /// Makes the output `namespace/id` hold `spec`, creating it if needed; writes nothing if
     /// it already does. Marks it touched for this reconcile.
+    ///
+    /// An output still tearing down and held by another controller's finalizer cannot be
+    /// re-created yet: it is returned as it is (phase tearing-down), and the controller is
+    /// woken when the holder releases it, to apply again.
     pub fn apply<T: ResourceSpec>(&mut self, namespace: &str, id: &str, spec: T) -> Result<Resource<T>, ContextError> {
         self.apply_labeled(namespace, id, spec, BTreeMap::new())
     }
@@ -281,9 +285,13 @@ impl Context {
             }
             Some(current) if current.metadata().phase == Phase::TearingDown => {
                 // Wanted again while on its way out: finish the teardown first if nothing
-                // holds it; otherwise wait for the holders (the error makes us retry).
-                self.state.destroy::<T>(namespace, id, &self.name)?;
-                self.try_apply(namespace, id, spec, labels)
+                // holds it. If something does, leave it be: the runtime wakes this controller
+                // when the last holder lets go, and the next apply re-creates it.
+                match self.state.destroy::<T>(namespace, id, &self.name) {
+                    Err(StateError::PendingFinalizers { .. }) => Ok(current),
+                    Err(e) => Err(e),
+                    Ok(()) => self.try_apply(namespace, id, spec, labels),
+                }
             }
             Some(current) => {
                 if current.spec() == spec && current.metadata().labels == *labels {

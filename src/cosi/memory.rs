@@ -185,6 +185,9 @@ impl StateBackend for InMemoryState {
                 });
             }
             check_owner(current, owner)?;
+            if current.metadata.phase == Phase::TearingDown {
+                return Err(StateError::PhaseConflict { reference });
+            }
             let current_type = current.spec.definition().type_name;
             let new_type = resource.spec.definition().type_name;
             if current_type != new_type {

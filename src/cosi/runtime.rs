@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::controller::{Context, Controller, Input, InputKind, Output, OutputKind, Pending, Waker, remove_output};
 use super::resource::Phase;
-use super::state::{Event, State, WatchError};
+use super::state::{Event, State, Watch, WatchError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RuntimeError {
@@ -154,12 +154,9 @@ impl Runtime {
     }
 }
 
-/// Forwards input events to a controller's waker until cancelled.
-async fn forward_input(state: State, input: Input, waker: Waker, cancel: CancellationToken) {
-    let mut watch = match &input.id {
-        Some(id) => state.backend().watch(&input.namespace, input.type_name, id),
-        None => state.backend().watch_kind(&input.namespace, input.type_name),
-    };
+/// Forwards input events to a controller's waker until cancelled. The watch is made by the
+/// caller before the controller's first reconcile, so no change can slip between the two.
+async fn forward_input(mut watch: Watch, input: Input, waker: Waker, cancel: CancellationToken) {
     loop {
         let next = tokio::select! {
             () = cancel.cancelled() => return,
@@ -179,7 +176,8 @@ async fn forward_input(state: State, input: Input, waker: Waker, cancel: Cancell
 }
 
 /// Wakes a controller when one of its torn-down outputs loses its last finalizer, so the
-/// destroy it could not finish before happens now.
+/// destroy it could not finish before happens now. Outputs already released when the watch
+/// starts arrive in its snapshot, so a release just before it is not missed either.
 async fn forward_released_outputs(
     state: State,
     namespace: String,
@@ -195,7 +193,7 @@ async fn forward_released_outputs(
             next = watch.next() => next,
         };
         match next {
-            Ok(Event::Updated { new, .. })
+            Ok(Event::Updated { new, .. } | Event::Created(new))
                 if new.metadata.owner == owner
                     && new.metadata.phase == Phase::TearingDown
                     && new.metadata.finalizers.is_empty() =>
@@ -214,7 +212,11 @@ async fn run_controller(registered: Registered, state: State, backoff: Backoff, 
     let waker = Waker::default();
     let mut watchers = JoinSet::new();
     for input in &inputs {
-        watchers.spawn(forward_input(state.clone(), input.clone(), waker.clone(), cancel.clone()));
+        let watch = match &input.id {
+            Some(id) => state.backend().watch(&input.namespace, input.type_name, id),
+            None => state.backend().watch_kind(&input.namespace, input.type_name),
+        };
+        watchers.spawn(forward_input(watch, input.clone(), waker.clone(), cancel.clone()));
     }
     let mut ctx = Context {
         name: name.clone(),

@@ -132,7 +132,8 @@ pub trait StateBackend: Send + Sync {
     /// Stores a new resource at version 1, owned by `owner`.
     fn create(&self, resource: AnyResource, owner: &str) -> Result<Arc<AnyResource>, StateError>;
     /// Replaces spec, labels and annotations if the stored version is `expected_version`.
-    /// Phase and finalizers are kept: they change only through their own calls.
+    /// Phase and finalizers are kept: they change only through their own calls. A resource
+    /// tearing down is refused: it is on its way out.
     fn update(&self, resource: AnyResource, expected_version: u64, owner: &str)
     -> Result<Arc<AnyResource>, StateError>;
     /// Moves a resource to the tearing-down phase; returns it.
