@@ -68,6 +68,9 @@ fn install_links_makes_working_symlinks() {
     let out = Command::new(bin()).arg("install-links").arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let talosctl = dir.join("talosctl");
+    for node_only in ["init", "machined", "reboot", "poweroff", "shutdown"] {
+        assert!(!dir.join(node_only).exists(), "{node_only} would shadow the workstation's own command");
+    }
     assert_eq!(std::fs::read_link(&talosctl).unwrap(), bin().canonicalize().unwrap());
     // Running it twice replaces the links rather than failing.
     let again = Command::new(bin()).arg("install-links").arg(&dir).output().unwrap();

@@ -159,7 +159,10 @@ fn zombie_children(pid: i32) -> Vec<i32> {
 #[test]
 fn pid1_reaches_maintenance_reaps_orphans_and_powers_off() {
     if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
+        {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "skipped: {reason}");
+        }
         return;
     }
     let mut node = Node::boot("poweroff");
@@ -204,7 +207,10 @@ fn pid1_reaches_maintenance_reaps_orphans_and_powers_off() {
 #[test]
 fn pid1_reboots_on_sigint() {
     if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
+        {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "skipped: {reason}");
+        }
         return;
     }
     let mut node = Node::boot("reboot");

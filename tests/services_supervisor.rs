@@ -233,7 +233,10 @@ async fn a_service_that_cannot_start_fails_and_is_retried() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_runs_as_its_talos_user() {
     if !rustix::process::geteuid().is_root() {
-        println!("skipped: service_runs_as_its_talos_user needs root to change uid");
+        {
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "skipped: service_runs_as_its_talos_user needs root to change uid");
+        }
         return;
     }
     let rig = rig(Duration::from_secs(5));

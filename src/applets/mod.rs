@@ -91,7 +91,7 @@ fn print_usage() {
     println!(
         "talosbox {}: one binary, many names.\n\n\
          usage: talosbox <applet> [args...]   or start it through a symlink named after the applet\n\
-         \x20      talosbox install-links DIR   create a symlink per applet in DIR (put DIR on PATH for talosctl)\n\
+         \x20      talosbox install-links DIR   create talosctl, imager and operator symlinks in DIR (put DIR on PATH)\n\
          \x20      talosbox --version\n\n\
          applets: {}",
         crate::version::describe(),
@@ -130,12 +130,16 @@ enum LinkError {
     Link { link: PathBuf, target: PathBuf, source: std::io::Error },
 }
 
-/// Creates (or replaces) a symlink per applet in `dir`, pointing at this binary.
+/// The applets a workstation runs. The node-side names (init, machined, reboot, poweroff …)
+/// are left out: on a workstation's PATH they would shadow the host's own commands.
+const WORKSTATION: &[&str] = &["talosctl", "imager", "operator"];
+
+/// Creates (or replaces) a symlink per workstation applet in `dir`, pointing at this binary.
 fn create_links(dir: &Path) -> Result<Vec<PathBuf>, LinkError> {
     let target = std::env::current_exe().map_err(LinkError::CurrentExe)?;
     std::fs::create_dir_all(dir).map_err(|source| LinkError::CreateDir { dir: dir.to_path_buf(), source })?;
     let mut made = Vec::new();
-    for (name, _) in APPLETS {
+    for name in WORKSTATION {
         let link = dir.join(name);
         match std::fs::symlink_metadata(&link) {
             Ok(md) if md.file_type().is_symlink() => {

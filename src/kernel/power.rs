@@ -101,6 +101,52 @@ pub fn unmount_plan(entries: &[MountEntry]) -> Vec<PathBuf> {
 }
 
 /// Flushes every filesystem's dirty data to disk.
+/// Sends SIGTERM to every process but this one, reaps until they are gone or `grace` runs
+/// out, then SIGKILLs what is left and reaps again. For PID 1 on its way down: it never
+/// signals itself. Returns how many processes needed SIGKILL.
+pub fn terminate_all(grace: std::time::Duration) -> usize {
+    use rustix::process::Signal;
+    let deadline = std::time::Instant::now() + grace;
+    signal_all(Signal::TERM);
+    while std::time::Instant::now() < deadline {
+        reap_exited();
+        if other_pids().is_empty() {
+            return 0;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = signal_all(Signal::KILL);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < until && !other_pids().is_empty() {
+        reap_exited();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    killed
+}
+
+/// Every process id but ours and kernel threads (which have no command line).
+fn other_pids() -> Vec<rustix::process::Pid> {
+    let me = rustix::process::getpid();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter_map(rustix::process::Pid::from_raw)
+        .filter(|pid| *pid != me)
+        .filter(|pid| std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero())).is_ok_and(|c| !c.is_empty()))
+        .collect()
+}
+
+fn signal_all(signal: rustix::process::Signal) -> usize {
+    other_pids().into_iter().filter(|pid| rustix::process::kill_process(*pid, signal).is_ok()).count()
+}
+
+/// Collects every child that has exited, without waiting.
+fn reap_exited() {
+    use rustix::process::{WaitOptions, waitpid};
+    while let Ok(Some(_)) = waitpid(None, WaitOptions::NOHANG) {}
+}
+
 pub fn sync() {
     rustix::fs::sync();
 }

@@ -63,6 +63,10 @@ pub enum MachinedError {
     ReadPidFile { path: PathBuf, source: std::io::Error },
     #[error("pid file {} holds {content:?}, not a pid", path.display())]
     BadPidFile { path: PathBuf, content: String },
+    #[error(
+        "PID 1 is not talosbox's machined (or cannot be checked); pass --state-dir DIR to reach a container-mode machined"
+    )]
+    NotOurPid1,
     #[error("signalling machined (pid {pid}) to {action}: {source}")]
     Signal { pid: i32, action: PowerAction, source: std::io::Error },
     #[error("starting the async runtime: {0}")]
@@ -157,6 +161,12 @@ fn become_pid1() {
 
 /// The last steps of PID 1: sync, unmount, reboot(2). Never returns.
 fn power_down(action: PowerAction) -> ! {
+    // Whatever is left (orphans, anything that left its service's process group) would keep
+    // filesystems busy: ask it to stop, then make it.
+    let left = power::terminate_all(Duration::from_secs(3));
+    if left > 0 {
+        console::line(&format!("{action}: killed {left} process(es) that ignored SIGTERM"));
+    }
     console::line(&format!("{action}: syncing and unmounting filesystems"));
     power::sync();
     for failure in power::unmount_all() {
@@ -248,11 +258,19 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
         }
     }
 
-    let action = tokio::select! {
-        action = requested.recv() => action.unwrap_or(PowerAction::PowerOff),
-        _ = &mut reaper_task => return Err(MachinedError::Stopped("child reaper")),
-        _ = &mut runtime_task => return Err(MachinedError::Stopped("controller runtime")),
-        _ = &mut stage_task => return Err(MachinedError::Stopped("stage printer")),
+    let stopped = tokio::select! {
+        action = requested.recv() => Ok(action.unwrap_or(PowerAction::PowerOff)),
+        _ = &mut reaper_task => Err(MachinedError::Stopped("child reaper")),
+        _ = &mut runtime_task => Err(MachinedError::Stopped("controller runtime")),
+        _ = &mut stage_task => Err(MachinedError::Stopped("stage printer")),
+    };
+    let action = match stopped {
+        Ok(action) => action,
+        Err(e) => {
+            // Going down anyway: services first, so nothing writes while filesystems unmount.
+            let _ = tokio::time::timeout(SERVICE_STOP_TIMEOUT * 2, supervisor.stop_all()).await;
+            return Err(e);
+        }
     };
 
     // Show the stage first, then stop services while the runtime still publishes them.
@@ -318,9 +336,25 @@ async fn print_stages(
 
 /// Asks the running machined for `action`: the one whose pid file is in `state_dir`, or
 /// PID 1. Returns the pid signalled.
+/// Whether two paths name the same file (following links).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
 pub fn request(action: PowerAction, state_dir: Option<&Path>) -> Result<i32, MachinedError> {
     let pid = match state_dir {
-        None => 1,
+        None => {
+            // On a workstation PID 1 is systemd or another init, which must not be signalled
+            // by accident (SIGINT reboots a systemd host): only a talosbox PID 1 is asked.
+            if !same_file(Path::new("/proc/1/exe"), Path::new("/proc/self/exe")) {
+                return Err(MachinedError::NotOurPid1);
+            }
+            1
+        }
         Some(dir) => {
             let path = dir.join(PID_FILE);
             let text = std::fs::read_to_string(&path)
@@ -343,4 +377,17 @@ pub fn request(action: PowerAction, state_dir: Option<&Path>) -> Result<i32, Mac
         source: e.into(),
     })?;
     Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_file;
+    use std::path::Path;
+
+    #[test]
+    fn same_file_follows_links_and_tells_files_apart() {
+        assert!(same_file(Path::new("/proc/self/exe"), &std::env::current_exe().unwrap()));
+        assert!(!same_file(Path::new("/proc/self/exe"), Path::new("/bin/sh")));
+        assert!(!same_file(Path::new("/proc/self/exe"), Path::new("/no/such/file")));
+    }
 }
