@@ -204,7 +204,16 @@ fn imager_builds_reproducible_bootable_artifacts() {
     build(&c, &["--kernel", vmlinuz.to_str().unwrap(), "--modules", tree.to_str().unwrap(), "--binary", "/bin/true"]);
     assert!(!tree.join("modules.dep").exists(), "the given module tree was modified");
     let kv_c = std::fs::read_to_string(c.join("kernel-version")).unwrap();
-    assert!(kv_c.contains(&format!("modules: {}", tree.display())), "{kv_c}");
+    // kernel-version identifies a kernel by path through its content, never its location.
+    let vmlinuz_sha = sh(&format!("sha256sum {}", vmlinuz.display()));
+    let vmlinuz_sha = vmlinuz_sha.split_whitespace().next().unwrap();
+    let lines: Vec<&str> = kv_c.lines().collect();
+    assert_eq!(lines.len(), 3, "{kv_c}");
+    assert_eq!(lines[0], format!("release: {release}"), "{kv_c}");
+    assert_eq!(lines[1], format!("kernel-sha256: {vmlinuz_sha}"), "{kv_c}");
+    let modules_sha = lines[2].strip_prefix("modules-sha256: ").unwrap_or_default();
+    assert!(modules_sha.len() == 64 && modules_sha.bytes().all(|b| b.is_ascii_hexdigit()), "{kv_c}");
+    assert!(!kv_c.contains(base.to_str().unwrap()) && !kv_c.contains("/var/cache"), "{kv_c}");
     let libc_in_rootfs = sh(&format!("unsquashfs -l {} | grep -c 'libc.so.6$'", c.join("rootfs.sqsh").display()));
     assert_eq!(libc_in_rootfs.trim(), "1", "dynamic binary's libc missing from the rootfs");
     let entries_c = sh(&format!("xz -dc {} | cpio -t --quiet", c.join("initramfs.xz").display()));

@@ -40,7 +40,8 @@ pub struct Kernel {
     pub vmlinuz: PathBuf,
     pub modules: PathBuf,
     pub release: String,
-    /// Text for the `kernel-version` artifact: where the kernel came from.
+    /// Text for the `kernel-version` artifact: which kernel this is (package and version, or the
+    /// content hashes of a kernel given by path), never where it was read from.
     pub description: String,
 }
 
@@ -215,8 +216,78 @@ fn from_paths(kernel: &Path, modules: &Path, work: &Path, progress: &dyn Fn(&str
         copy_tree(modules, &tree)?;
         depmod(&base, &release)?;
     }
-    let description = format!("kernel: {}\nmodules: {}\nrelease: {release}\n", kernel.display(), modules.display());
+    // Identify the inputs by content, never by where they live: the same kernel given from two
+    // directories (e.g. two Nix store paths) must give a bit-identical artifact.
+    let kernel_sha = super::sha256_file(kernel).map_err(io("hashing kernel image", kernel))?;
+    let modules_sha = tree_sha256(modules)?;
+    let description = format!("release: {release}\nkernel-sha256: {kernel_sha}\nmodules-sha256: {modules_sha}\n");
     Ok(Kernel { vmlinuz: kernel.to_path_buf(), modules: tree, release, description })
+}
+
+/// SHA-256 over a directory tree, independent of where the tree lives: for every regular file
+/// and symlink, in byte order of its path relative to `root`, a type byte (`f` or `l`), the
+/// relative path, a NUL, the length of the contents (u64 little-endian) and the contents (a
+/// symlink's contents are its target, which is not followed). Directories count only through
+/// the entries in them.
+pub fn tree_sha256(root: &Path) -> Result<String, KernelError> {
+    use sha2::Digest;
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut entries = Vec::new();
+    walk(root, Path::new(""), &mut entries)?;
+    entries.sort_by(|a, b| a.0.as_os_str().as_bytes().cmp(b.0.as_os_str().as_bytes()));
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for (rel, is_link) in entries {
+        let path = root.join(&rel);
+        h.update(if is_link { b"l" } else { b"f" });
+        h.update(rel.as_os_str().as_bytes());
+        h.update([0u8]);
+        if is_link {
+            let target = std::fs::read_link(&path).map_err(io("reading symlink", &path))?;
+            let target = target.as_os_str().as_bytes();
+            h.update((target.len() as u64).to_le_bytes());
+            h.update(target);
+        } else {
+            let mut f = std::fs::File::open(&path).map_err(io("hashing", &path))?;
+            let len = f.metadata().map_err(io("hashing", &path))?.len();
+            h.update(len.to_le_bytes());
+            let mut read = 0u64;
+            loop {
+                let n = f.read(&mut buf).map_err(io("hashing", &path))?;
+                if n == 0 {
+                    break;
+                }
+                read += n as u64;
+                h.update(&buf[..n]);
+            }
+            if read != len {
+                return Err(KernelError::Tree { path, message: "file changed size while being hashed".into() });
+            }
+        }
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Collects (path relative to `root`, is symlink) for every file and symlink under `root/rel`.
+fn walk(root: &Path, rel: &Path, out: &mut Vec<(PathBuf, bool)>) -> Result<(), KernelError> {
+    let dir = root.join(rel);
+    for e in std::fs::read_dir(&dir).map_err(io("reading", &dir))? {
+        let e = e.map_err(io("reading", &dir))?;
+        let child = rel.join(e.file_name());
+        let kind = e.file_type().map_err(io("reading", &e.path()))?;
+        if kind.is_dir() {
+            walk(root, &child, out)?;
+        } else if kind.is_file() || kind.is_symlink() {
+            out.push((child, kind.is_symlink()));
+        } else {
+            return Err(KernelError::Tree {
+                path: e.path(),
+                message: "neither a file, a directory nor a symlink".into(),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), KernelError> {
@@ -469,6 +540,63 @@ alias acpi*:PNP0C0C:* button
             assert_eq!(s.files.iter().map(String::as_str).collect::<Vec<_>>(), *files, "{load:?} {aliases:?}");
             assert_eq!(s.load, *want_load);
         }
+    }
+
+    /// A kernel image (`abc`) and a module tree with modules.dep (so no depmod runs) under `dir`.
+    fn kernel_by_path(dir: &Path) -> (PathBuf, PathBuf) {
+        let modules = dir.join("lib/modules/6.1.0-test");
+        std::fs::create_dir_all(modules.join("kernel/fs")).unwrap();
+        std::fs::write(modules.join("modules.dep"), "kernel/fs/x.ko:\n").unwrap();
+        std::fs::write(modules.join("kernel/fs/x.ko"), b"\x7fELF x").unwrap();
+        std::os::unix::fs::symlink("/usr/src/linux-headers-6.1.0-test", modules.join("build")).unwrap();
+        let vmlinuz = dir.join("vmlinuz");
+        std::fs::write(&vmlinuz, b"abc").unwrap();
+        (vmlinuz, modules)
+    }
+
+    #[test]
+    fn kernel_version_by_path_is_independent_of_the_directory() {
+        let base = std::env::temp_dir().join(format!("talosbox-kernel-id-{}", std::process::id()));
+        let (a, b) = (base.join("one"), base.join("two/nested"));
+        let describe = |dir: &Path| {
+            let (vmlinuz, modules) = kernel_by_path(dir);
+            from_paths(&vmlinuz, &modules, &dir.join("work"), &|_| {}).unwrap().description
+        };
+        let (da, db) = (describe(&a), describe(&b));
+        assert_eq!(da, db, "same kernel from two directories");
+        assert!(!da.contains(base.to_str().unwrap()), "{da}");
+        // The digests are pinned (computed independently) so the artifact's format cannot drift.
+        assert_eq!(
+            da,
+            "release: 6.1.0-test\n\
+             kernel-sha256: ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad\n\
+             modules-sha256: c23ffcc1e3a5a9bed5bf6e158c9640c4d59833dcc484f35508dfc94c8f5c2e39\n"
+        );
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn tree_sha256_covers_names_and_contents() {
+        let base = std::env::temp_dir().join(format!("talosbox-tree-sha-{}", std::process::id()));
+        let (_, modules) = kernel_by_path(&base);
+        let before = tree_sha256(&modules).unwrap();
+        let x = modules.join("kernel/fs/x.ko");
+        std::fs::write(&x, b"\x7fELF y").unwrap();
+        let changed = tree_sha256(&modules).unwrap();
+        assert_ne!(changed, before, "a module's contents changed");
+        std::fs::rename(&x, modules.join("kernel/fs/y.ko")).unwrap();
+        let renamed = tree_sha256(&modules).unwrap();
+        assert_ne!(renamed, changed, "a module was renamed");
+        // Name and contents cannot run into each other: `ab` empty vs `a` holding `b`.
+        let (p, q) = (base.join("p"), base.join("q"));
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::create_dir_all(&q).unwrap();
+        std::fs::write(p.join("ab"), b"").unwrap();
+        std::fs::write(q.join("a"), b"b").unwrap();
+        assert_ne!(tree_sha256(&p).unwrap(), tree_sha256(&q).unwrap());
+        let err = tree_sha256(&base.join("absent")).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("reading {}", base.join("absent").display())), "{err}");
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Pure: bytes in, bytes out, with the PE header's timestamp taken from the caller (never the
 //! clock) so the same inputs give the same image. It must never rewrite the stub's own
-//! sections, only append after them.
+//! sections, only append after them, and after anything the stub file carries behind its
+//! last section (a COFF symbol table, an Authenticode certificate table).
 
 /// A section to append: an 8-byte-or-shorter name and its contents.
 pub struct Section<'a> {
@@ -26,6 +27,9 @@ pub enum PeError {
 }
 
 const SECTION_HEADER: usize = 40;
+/// Data directory entry 4 (Certificate Table): its offset in the PE32+ optional header.
+const CERTIFICATE_TABLE_INDEX: u32 = 4;
+const CERTIFICATE_TABLE: usize = 112 + 8 * CERTIFICATE_TABLE_INDEX as usize;
 /// IMAGE_SCN_CNT_INITIALIZED_DATA | IMAGE_SCN_MEM_READ
 const DATA_READ: u32 = 0x4000_0040;
 
@@ -44,6 +48,10 @@ pub struct Layout {
     pub raw_end: u32,
     /// First byte of section data in the file: the section table may not grow past it.
     pub first_raw: u32,
+    /// Length of the whole file, which may extend past `raw_end`.
+    pub file_len: u64,
+    /// Data directory entries present: NumberOfRvaAndSizes, capped by SizeOfOptionalHeader.
+    pub rva_count: u32,
 }
 
 fn rd<const N: usize>(b: &[u8], off: usize, what: &'static str) -> Result<[u8; N], PeError> {
@@ -85,6 +93,11 @@ pub fn layout(pe: &[u8]) -> Result<Layout, PeError> {
     let section_alignment = u32_at(pe, opt + 32, "SectionAlignment")?;
     let file_alignment = u32_at(pe, opt + 36, "FileAlignment")?;
     let size_of_headers = u32_at(pe, opt + 60, "SizeOfHeaders")?;
+    let rva_count = if opt_size >= 112 {
+        u32_at(pe, opt + 108, "NumberOfRvaAndSizes")?.min(((opt_size - 112) / 8) as u32)
+    } else {
+        0
+    };
     let section_table = opt + opt_size;
     let (mut virt_end, mut raw_end, mut first_raw) = (0u32, 0u32, u32::MAX);
     for i in 0..sections {
@@ -113,6 +126,8 @@ pub fn layout(pe: &[u8]) -> Result<Layout, PeError> {
         virt_end,
         raw_end,
         first_raw,
+        file_len: pe.len() as u64,
+        rva_count,
     })
 }
 
@@ -134,11 +149,13 @@ pub struct Placement {
     pub virt_size: u32,
 }
 
-/// Places sections of the given sizes one after another behind the image's last section,
-/// each aligned to SectionAlignment in memory and FileAlignment in the file.
+/// Places sections of the given sizes one after another: in memory behind the image's last
+/// section, in the file behind the end of the file (which may hold data past the last
+/// section's raw data, such as symbols or a certificate table, that must stay intact), each
+/// aligned to SectionAlignment in memory and FileAlignment in the file.
 pub fn place(l: &Layout, sizes: &[usize]) -> Result<Vec<Placement>, PeError> {
     let mut va = align_up(l.virt_end as u64, l.section_alignment as u64);
-    let mut raw = align_up(l.raw_end as u64, l.file_alignment as u64);
+    let mut raw = align_up((l.raw_end as u64).max(l.file_len), l.file_alignment as u64);
     let mut out = Vec::new();
     for &size in sizes {
         let raw_size = align_up(size as u64, l.file_alignment as u64);
@@ -215,6 +232,11 @@ pub fn assemble(stub: &[u8], sections: &[Section], timestamp: u32) -> Result<Vec
     let virt_end = placed.last().map_or(l.virt_end as u64, |p| p.va as u64 + p.virt_size as u64);
     let size_of_image = align_up(virt_end, l.section_alignment as u64);
     put_u32(&mut out, l.opt + 56, u32::try_from(size_of_image).map_err(|_| PeError::TooLarge)?);
+    // A signature over the stub does not cover the UKI: drop the Certificate Table entry so
+    // nothing points at a stale signature (the UKI can be signed afresh).
+    if l.rva_count > CERTIFICATE_TABLE_INDEX {
+        out[l.opt + CERTIFICATE_TABLE..l.opt + CERTIFICATE_TABLE + 8].fill(0);
+    }
     let sum = checksum(&out, l.opt + 64);
     put_u32(&mut out, l.opt + 64, sum);
     Ok(out)
@@ -290,6 +312,53 @@ mod tests {
         assert_eq!(uki.len(), 0xc00);
         assert_eq!(&uki[0x600..0x605], b"ID=x\n");
         assert_eq!(u32_at(&uki, l.opt + 64, "").unwrap(), checksum(&uki, l.opt + 64));
+    }
+
+    /// `tiny_pe` as a signed stub with symbols: a COFF symbol table and a certificate table
+    /// behind the last section's raw data (0x600), the file ending unaligned at 0x698.
+    fn stub_with_trailer() -> Vec<u8> {
+        let mut b = tiny_pe(0x200);
+        let (coff, opt) = (0x84, 0x84 + 20);
+        put_u32(&mut b, coff + 8, 0x600); // PointerToSymbolTable
+        put_u32(&mut b, coff + 12, 2); // NumberOfSymbols: 36 bytes, then a 4-byte string table
+        put_u32(&mut b, opt + 108, 16); // NumberOfRvaAndSizes
+        put_u32(&mut b, opt + 144, 0x628); // Certificate Table: file offset
+        put_u32(&mut b, opt + 148, 0x70); // and size
+        b.extend((0..0x98u32).map(|i| 0x80 | i as u8));
+        b
+    }
+
+    #[test]
+    fn sections_go_behind_trailing_data() {
+        let stub = stub_with_trailer();
+        let l = layout(&stub).unwrap();
+        assert_eq!((l.raw_end, l.file_len, l.rva_count), (0x600, 0x698, 16));
+        let got: Vec<_> = place(&l, &[1, 0x201]).unwrap().iter().map(|p| (p.va, p.raw_ptr, p.raw_size)).collect();
+        assert_eq!(got, [(0x1200, 0x800, 0x200), (0x1400, 0xa00, 0x400)]);
+
+        let uki = assemble(
+            &stub,
+            &[Section { name: ".osrel", data: b"ID=x\n" }, Section { name: ".linux", data: &[1u8; 0x300] }],
+            77,
+        )
+        .unwrap();
+        let u = layout(&uki).unwrap();
+        assert_eq!(uki.len(), 0xe00);
+        assert_eq!(uki[0x600..0x698], stub[0x600..0x698], "the stub's trailing bytes were overwritten");
+        assert!(uki[0x698..0x800].iter().all(|&b| b == 0), "padding up to FileAlignment");
+        assert_eq!(&uki[0x800..0x805], b"ID=x\n");
+        assert_eq!(uki[0xa00..0xd00], [1u8; 0x300]);
+        assert_eq!(u32_at(&uki, u.coff + 8, "").unwrap(), 0x600, "symbols still where the header says");
+        assert_eq!(u32_at(&uki, u.opt + 56, "").unwrap(), 0x1800, "SizeOfImage: memory layout is unchanged");
+        assert_eq!(u32_at(&uki, u.opt + 144, "").unwrap(), 0, "Certificate Table offset");
+        assert_eq!(u32_at(&uki, u.opt + 148, "").unwrap(), 0, "Certificate Table size");
+        assert_eq!(u32_at(&uki, u.opt + 64, "").unwrap(), checksum(&uki, u.opt + 64));
+        // The new section headers describe what is in the file.
+        for (i, (name, raw_ptr)) in [(".osrel", 0x800), (".linux", 0xa00)].into_iter().enumerate() {
+            let h = u.section_table + (1 + i) * SECTION_HEADER;
+            assert_eq!(&uki[h..h + name.len()], name.as_bytes());
+            assert_eq!(u32_at(&uki, h + 20, "").unwrap(), raw_ptr, "{name} PointerToRawData");
+        }
     }
 
     #[test]
