@@ -49,19 +49,30 @@ fn pid_alive_as(pid_file: &Path, program: &str) -> bool {
     String::from_utf8_lossy(argv0).rsplit('/').next().is_some_and(|b| b.starts_with(program))
 }
 
+fn read_pid(pid_file: &Path) -> String {
+    std::fs::read_to_string(pid_file).unwrap().trim().to_string()
+}
+
+fn running(pid: &str, program: &str) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmdline).contains(program)
+}
+
 fn record(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap()
 }
 
 /// Destroys the cluster even when an assertion failed, so no QEMU outlives the test.
 struct Cluster<'a> {
-    name: &'a str,
+    names: &'a [&'a str],
     state: PathBuf,
 }
 
 impl Drop for Cluster<'_> {
     fn drop(&mut self) {
-        let _ = talosctl(&["cluster", "destroy", "--name", self.name, "--state", &self.state.to_string_lossy()]);
+        for name in self.names {
+            let _ = talosctl(&["cluster", "destroy", "--name", name, "--state", &self.state.to_string_lossy()]);
+        }
         let _ = std::fs::remove_dir_all(self.state.parent().unwrap_or(&self.state));
     }
 }
@@ -70,7 +81,7 @@ impl Drop for Cluster<'_> {
 fn create_forwards_ports_and_destroy_stops_everything() {
     let Some(root) = scratch("two") else { return };
     let state = root.join("s");
-    let guard = Cluster { name: "two", state: state.clone() };
+    let guard = Cluster { names: &["two"], state: state.clone() };
     let disk = root.join("empty.raw");
     let s = state.to_string_lossy().to_string();
     let d = disk.to_string_lossy().to_string();
@@ -128,7 +139,7 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
         return;
     }
     let state = root.join("s");
-    let guard = Cluster { name: "tpm", state: state.clone() };
+    let guard = Cluster { names: &["tpm"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let out = talosctl(&[
@@ -178,7 +189,7 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
 fn wait_times_out_with_the_serial_log_path_and_tail() {
     let Some(root) = scratch("wait") else { return };
     let state = root.join("s");
-    let guard = Cluster { name: "wait", state: state.clone() };
+    let guard = Cluster { names: &["wait"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let out = talosctl(&[
@@ -233,7 +244,7 @@ fn a_qemu_that_will_not_start_is_one_error_and_leaves_nothing_behind() {
 fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
     let Some(root) = scratch("grace") else { return };
     let state = root.join("s");
-    let guard = Cluster { name: "grace", state: state.clone() };
+    let guard = Cluster { names: &["grace"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let out = talosctl(&["cluster", "create", "--name", "grace", "--state", &s, "--disk-image", &d]);
@@ -249,5 +260,37 @@ fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
     assert!(!String::from_utf8_lossy(&cmdline).contains("qemu"), "QEMU {pid} still running");
     assert!(!state.join("grace").exists());
+    drop(guard);
+}
+
+/// A node's QEMU died and its pid went to another cluster's QEMU (same program, same user):
+/// destroying the first cluster must leave the other cluster's node running.
+#[test]
+fn destroy_leaves_another_clusters_qemu_that_reused_a_stale_pid() {
+    let Some(root) = scratch("reuse") else { return };
+    let state = root.join("s");
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let guard = Cluster { names: &["mine", "other"], state: state.clone() };
+    for name in ["mine", "other"] {
+        let out = talosctl(&["cluster", "create", "--name", name, "--state", &s, "--disk-image", &d]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let mine = state.join("mine/mine-controlplane-1.pid");
+    let other = read_pid(&state.join("other/other-controlplane-1.pid"));
+    let dead = read_pid(&mine);
+    assert!(Command::new("kill").args(["-KILL", &dead]).status().unwrap().success());
+    let start = std::time::Instant::now();
+    while running(&dead, "qemu") {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "QEMU {dead} survived SIGKILL");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The stale pid file now names the other cluster's QEMU.
+    std::fs::write(&mine, format!("{other}\n")).unwrap();
+    let out = talosctl(&["cluster", "destroy", "--name", "mine", "--state", &s]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains(&format!("pid {other}")), "destroy touched the other cluster's QEMU: {}", text(&out));
+    assert!(running(&other, "qemu"), "destroying mine killed the other cluster's QEMU {other}");
+    assert!(!state.join("mine").exists());
     drop(guard);
 }

@@ -290,10 +290,11 @@ fn start_qemu(node: &NodeLaunch) -> Result<(), ProvisionError> {
 /// lingers), swtpm with SIGTERM. `step` gets a line per process.
 fn stop_record(record: &ClusterRecord, step: &mut dyn FnMut(String)) {
     for node in &record.nodes {
-        if let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) {
+        let qemu = host::Ours::qemu(&node.pid_file);
+        if let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, &qemu)) {
             let asked = host::qmp(&node.qmp_socket, "quit").is_ok();
-            let gone = (asked && host::wait_gone(pid, "qemu", Duration::from_secs(5)))
-                || host::terminate(pid, "qemu", Duration::from_secs(5));
+            let gone = (asked && host::wait_gone(pid, &qemu, Duration::from_secs(5)))
+                || host::terminate(pid, &qemu, Duration::from_secs(5));
             step(format!(
                 "{}: QEMU (pid {}) {}",
                 node.name,
@@ -301,10 +302,11 @@ fn stop_record(record: &ClusterRecord, step: &mut dyn FnMut(String)) {
                 if gone { "stopped" } else { "would not stop" }
             ));
         }
-        if let Some(pid) = node.swtpm_pid_file.as_deref().and_then(host::read_pid) {
+        if let Some(pid_file) = node.swtpm_pid_file.as_deref() {
             // swtpm --terminate usually leaves with QEMU; stop it if it did not.
-            if host::is_ours(pid, "swtpm") {
-                let gone = host::terminate(pid, "swtpm", Duration::from_secs(3));
+            let swtpm = host::Ours::swtpm(pid_file);
+            if let Some(pid) = host::read_pid(pid_file).filter(|p| host::is_ours(*p, &swtpm)) {
+                let gone = host::terminate(pid, &swtpm, Duration::from_secs(3));
                 step(format!(
                     "{}: swtpm (pid {}) {}",
                     node.name,
@@ -329,7 +331,7 @@ pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(Stri
         .iter()
         .map(|n| {
             let running = host::read_pid(&n.pid_file)
-                .filter(|p| host::is_ours(*p, "qemu"))
+                .filter(|p| host::is_ours(*p, &host::Ours::qemu(&n.pid_file)))
                 .map(|p| format!("running (QEMU pid {})", p.as_raw_nonzero()))
                 .unwrap_or_else(|| "not running".to_string());
             let log = String::from_utf8_lossy(&std::fs::read(&n.serial_log).unwrap_or_default()).replace('\r', "");
@@ -351,15 +353,16 @@ fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(St
     let start = Instant::now();
     let mut pending = Vec::new();
     for node in &record.nodes {
-        let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) else { continue };
+        let qemu = host::Ours::qemu(&node.pid_file);
+        let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, &qemu)) else { continue };
         match host::qmp(&node.qmp_socket, "system_powerdown") {
-            Ok(_) => pending.push((node, pid)),
+            Ok(_) => pending.push((node, pid, qemu)),
             Err(e) => step(format!("{}: pressing the power button over QMP failed: {e}", node.name)),
         }
     }
-    for (node, pid) in pending {
+    for (node, pid, qemu) in pending {
         let left = timeout.saturating_sub(start.elapsed());
-        if host::wait_gone(pid, "qemu", left) {
+        if host::wait_gone(pid, &qemu, left) {
             step(format!("{}: powered off by itself after {:.1} s", node.name, start.elapsed().as_secs_f64()));
         } else {
             step(format!(
@@ -439,7 +442,8 @@ pub fn wait_ready(
             *p = match judge_log(&log) {
                 NodeProgress::Ready(_) => NodeProgress::Ready(elapsed),
                 NodeProgress::Booting(last) => {
-                    let alive = host::read_pid(&node.pid_file).is_some_and(|pid| host::is_ours(pid, "qemu"));
+                    let alive = host::read_pid(&node.pid_file)
+                        .is_some_and(|pid| host::is_ours(pid, &host::Ours::qemu(&node.pid_file)));
                     if alive { NodeProgress::Booting(last) } else { NodeProgress::Failed("QEMU exited".to_string()) }
                 }
                 failed => failed,
