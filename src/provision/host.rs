@@ -87,6 +87,14 @@ impl Ours {
     }
 }
 
+/// Sends a signal; errors (the process is already gone) are of no interest to the callers.
+pub type Signaller = fn(Pid, Signal);
+
+/// The real [`Signaller`].
+pub fn signal(pid: Pid, sig: Signal) {
+    let _ = kill_process(pid, sig);
+}
+
 /// The pid is alive and its command line is the one `ours` describes (guards against reused pids).
 pub fn is_ours(pid: Pid, ours: &Ours) -> bool {
     if test_kill_process(pid).is_err() {
@@ -115,14 +123,19 @@ pub fn wait_gone(pid: Pid, ours: &Ours, timeout: Duration) -> bool {
 /// Stops a process we started: SIGTERM, then SIGKILL if it is still there after `grace`.
 /// Returns true when it is gone.
 pub fn terminate(pid: Pid, ours: &Ours, grace: Duration) -> bool {
+    terminate_with(pid, ours, grace, signal)
+}
+
+/// [`terminate`], sending its signals through `send`.
+pub fn terminate_with(pid: Pid, ours: &Ours, grace: Duration, send: Signaller) -> bool {
     if !is_ours(pid, ours) {
         return true;
     }
-    let _ = kill_process(pid, Signal::TERM);
+    send(pid, Signal::TERM);
     if wait_gone(pid, ours, grace) {
         return true;
     }
-    let _ = kill_process(pid, Signal::KILL);
+    send(pid, Signal::KILL);
     wait_gone(pid, ours, Duration::from_secs(2))
 }
 

@@ -58,6 +58,8 @@ pub enum ProvisionError {
     SwtpmStart { node: String, detail: String },
     #[error("{0}")]
     NotReady(String),
+    #[error("cluster {name:?}: {survivors} would not stop; kept {} so its record of them is not lost (stop them, then destroy again)", dir.display())]
+    StillRunning { name: String, dir: PathBuf, survivors: String },
 }
 
 /// Shorthand for an I/O error on a path with the action that was being done.
