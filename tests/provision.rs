@@ -294,3 +294,43 @@ fn destroy_leaves_another_clusters_qemu_that_reused_a_stale_pid() {
     assert!(!state.join("mine").exists());
     drop(guard);
 }
+
+/// Several creates of one name at once: exactly one makes the cluster, every other one says it
+/// already exists and touches nothing of the winner's.
+#[test]
+fn concurrent_creates_of_one_name_make_one_cluster() {
+    let Some(root) = scratch("race") else { return };
+    let state = root.join("s");
+    // Many other clusters' records under the root: reading them takes a while, as it does on a
+    // busy host, so the creates overlap.
+    for i in 0..1500 {
+        let dir = state.join(format!("old{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lan = format!("230.{}.{}.1:{}", i / 256, i % 256, 20000 + i);
+        let rec = serde_json::json!({"name": format!("old{i}"), "created": 0, "boot": "test", "lan": lan, "nodes": []});
+        std::fs::write(dir.join("cluster.json"), rec.to_string()).unwrap();
+    }
+    let guard = Cluster { names: &["race"], state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(bin())
+                .args(["talosctl", "cluster", "create", "--name", "race", "--state", &s, "--disk-image", &d])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let all: Vec<String> = outs.iter().map(text).collect();
+    assert_eq!(outs.iter().filter(|o| o.status.success()).count(), 1, "{all:#?}");
+    for out in outs.iter().filter(|o| !o.status.success()) {
+        assert!(text(out).contains("cluster \"race\" already exists"), "{all:#?}");
+    }
+    let dir = state.join("race");
+    assert_eq!(record(&dir)["name"], "race");
+    assert!(pid_alive_as(&dir.join("race-controlplane-1.pid"), "qemu"), "the winner's QEMU is gone: {all:#?}");
+    drop(guard);
+}

@@ -118,9 +118,6 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         if plan.uefi() { &[(argv::OVMF_CODE, "ovmf"), (argv::OVMF_VARS, "ovmf")] } else { &[] };
     host::check_tools(&tools, firmware)?;
 
-    if dir.exists() {
-        return Err(ProvisionError::AlreadyExists { name: opts.name.clone(), dir });
-    }
     if dir.to_str().is_none() {
         return Err(ProvisionError::NonUtf8Path { path: dir });
     }
@@ -187,7 +184,16 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let record = ClusterRecord { name: opts.name.clone(), created, boot: plan.to_string(), lan, nodes };
     // Everything that can be checked without effects has been: only now does the directory appear.
-    std::fs::create_dir_all(&dir).map_err(io_err("creating state directory", &dir))?;
+    // Creating it is also the check that no other cluster of this name exists: of two creates of
+    // one name racing, exactly one makes the directory, and the other stops here.
+    std::fs::create_dir_all(&root).map_err(io_err("creating state root", &root))?;
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(ProvisionError::AlreadyExists { name: opts.name.clone(), dir });
+        }
+        Err(e) => return Err(io_err("creating state directory", &dir)(e)),
+    }
     step(format!("state directory {}", dir.display()));
     if let Err(e) = record.write(&dir) {
         let _ = std::fs::remove_dir_all(&dir);
