@@ -49,6 +49,12 @@ fn pid_alive_as(pid_file: &Path, program: &str) -> bool {
     String::from_utf8_lossy(argv0).rsplit('/').next().is_some_and(|b| b.starts_with(program))
 }
 
+fn ephemeral_range() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let mut w = text.split_whitespace().map(|p| p.parse::<u64>().unwrap());
+    (w.next().unwrap(), w.next().unwrap())
+}
+
 fn read_pid(pid_file: &Path) -> String {
     std::fs::read_to_string(pid_file).unwrap().trim().to_string()
 }
@@ -93,10 +99,14 @@ fn create_forwards_ports_and_destroy_stops_everything() {
     let nodes = rec["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 2);
     let mut macs = std::collections::HashSet::new();
+    let (lo, hi) = ephemeral_range();
     for node in nodes {
         let name = node["name"].as_str().unwrap();
         let port = node["api_port"].as_u64().unwrap();
         assert!(printed.contains(&format!("127.0.0.1:{port}")), "{printed}");
+        // A port from the kernel's ephemeral range could be handed to any connection between
+        // being found free and QEMU binding it.
+        assert!(!(lo..=hi).contains(&port), "{name}: API port {port} is in the ephemeral range {lo}-{hi}");
         assert!(printed.contains(&format!("{}/{name}.log", dir.display())), "{printed}");
         assert!(pid_alive_as(&dir.join(format!("{name}.pid")), "qemu"), "{name}: no QEMU running");
         // QEMU itself listens on the forwarded port (the guest need not be up for the connect).

@@ -123,7 +123,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     }
     let root = dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let lan = alloc::mcast(&opts.name, &state::taken_lans(&root));
-    let ports = alloc::free_ports(names.len())?;
+    let ports = alloc::api_ports(&opts.name, names.len(), alloc::ephemeral_range()?, &mut alloc::port_is_free)?;
     let mut launches = Vec::new();
     let mut nodes = Vec::new();
     let media = match &plan {
