@@ -49,19 +49,36 @@ fn pid_alive_as(pid_file: &Path, program: &str) -> bool {
     String::from_utf8_lossy(argv0).rsplit('/').next().is_some_and(|b| b.starts_with(program))
 }
 
+fn ephemeral_range() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap();
+    let mut w = text.split_whitespace().map(|p| p.parse::<u64>().unwrap());
+    (w.next().unwrap(), w.next().unwrap())
+}
+
+fn read_pid(pid_file: &Path) -> String {
+    std::fs::read_to_string(pid_file).unwrap().trim().to_string()
+}
+
+fn running(pid: &str, program: &str) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&cmdline).contains(program)
+}
+
 fn record(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap()
 }
 
 /// Destroys the cluster even when an assertion failed, so no QEMU outlives the test.
 struct Cluster<'a> {
-    name: &'a str,
+    names: &'a [&'a str],
     state: PathBuf,
 }
 
 impl Drop for Cluster<'_> {
     fn drop(&mut self) {
-        let _ = talosctl(&["cluster", "destroy", "--name", self.name, "--state", &self.state.to_string_lossy()]);
+        for name in self.names {
+            let _ = talosctl(&["cluster", "destroy", "--name", name, "--state", &self.state.to_string_lossy()]);
+        }
         let _ = std::fs::remove_dir_all(self.state.parent().unwrap_or(&self.state));
     }
 }
@@ -70,7 +87,7 @@ impl Drop for Cluster<'_> {
 fn create_forwards_ports_and_destroy_stops_everything() {
     let Some(root) = scratch("two") else { return };
     let state = root.join("s");
-    let guard = Cluster { name: "two", state: state.clone() };
+    let guard = Cluster { names: &["two"], state: state.clone() };
     let disk = root.join("empty.raw");
     let s = state.to_string_lossy().to_string();
     let d = disk.to_string_lossy().to_string();
@@ -82,10 +99,14 @@ fn create_forwards_ports_and_destroy_stops_everything() {
     let nodes = rec["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 2);
     let mut macs = std::collections::HashSet::new();
+    let (lo, hi) = ephemeral_range();
     for node in nodes {
         let name = node["name"].as_str().unwrap();
         let port = node["api_port"].as_u64().unwrap();
         assert!(printed.contains(&format!("127.0.0.1:{port}")), "{printed}");
+        // A port from the kernel's ephemeral range could be handed to any connection between
+        // being found free and QEMU binding it.
+        assert!(!(lo..=hi).contains(&port), "{name}: API port {port} is in the ephemeral range {lo}-{hi}");
         assert!(printed.contains(&format!("{}/{name}.log", dir.display())), "{printed}");
         assert!(pid_alive_as(&dir.join(format!("{name}.pid")), "qemu"), "{name}: no QEMU running");
         // QEMU itself listens on the forwarded port (the guest need not be up for the connect).
@@ -128,7 +149,7 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
         return;
     }
     let state = root.join("s");
-    let guard = Cluster { name: "tpm", state: state.clone() };
+    let guard = Cluster { names: &["tpm"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let out = talosctl(&[
@@ -178,7 +199,7 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
 fn wait_times_out_with_the_serial_log_path_and_tail() {
     let Some(root) = scratch("wait") else { return };
     let state = root.join("s");
-    let guard = Cluster { name: "wait", state: state.clone() };
+    let guard = Cluster { names: &["wait"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let out = talosctl(&[
@@ -233,7 +254,7 @@ fn a_qemu_that_will_not_start_is_one_error_and_leaves_nothing_behind() {
 fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
     let Some(root) = scratch("grace") else { return };
     let state = root.join("s");
-    let guard = Cluster { name: "grace", state: state.clone() };
+    let guard = Cluster { names: &["grace"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let out = talosctl(&["cluster", "create", "--name", "grace", "--state", &s, "--disk-image", &d]);
@@ -249,5 +270,77 @@ fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
     assert!(!String::from_utf8_lossy(&cmdline).contains("qemu"), "QEMU {pid} still running");
     assert!(!state.join("grace").exists());
+    drop(guard);
+}
+
+/// A node's QEMU died and its pid went to another cluster's QEMU (same program, same user):
+/// destroying the first cluster must leave the other cluster's node running.
+#[test]
+fn destroy_leaves_another_clusters_qemu_that_reused_a_stale_pid() {
+    let Some(root) = scratch("reuse") else { return };
+    let state = root.join("s");
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let guard = Cluster { names: &["mine", "other"], state: state.clone() };
+    for name in ["mine", "other"] {
+        let out = talosctl(&["cluster", "create", "--name", name, "--state", &s, "--disk-image", &d]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let mine = state.join("mine/mine-controlplane-1.pid");
+    let other = read_pid(&state.join("other/other-controlplane-1.pid"));
+    let dead = read_pid(&mine);
+    assert!(Command::new("kill").args(["-KILL", &dead]).status().unwrap().success());
+    let start = std::time::Instant::now();
+    while running(&dead, "qemu") {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "QEMU {dead} survived SIGKILL");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The stale pid file now names the other cluster's QEMU.
+    std::fs::write(&mine, format!("{other}\n")).unwrap();
+    let out = talosctl(&["cluster", "destroy", "--name", "mine", "--state", &s]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains(&format!("pid {other}")), "destroy touched the other cluster's QEMU: {}", text(&out));
+    assert!(running(&other, "qemu"), "destroying mine killed the other cluster's QEMU {other}");
+    assert!(!state.join("mine").exists());
+    drop(guard);
+}
+
+/// Several creates of one name at once: exactly one makes the cluster, every other one says it
+/// already exists and touches nothing of the winner's.
+#[test]
+fn concurrent_creates_of_one_name_make_one_cluster() {
+    let Some(root) = scratch("race") else { return };
+    let state = root.join("s");
+    // Many other clusters' records under the root: reading them takes a while, as it does on a
+    // busy host, so the creates overlap.
+    for i in 0..1500 {
+        let dir = state.join(format!("old{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let lan = format!("230.{}.{}.1:{}", i / 256, i % 256, 20000 + i);
+        let rec = serde_json::json!({"name": format!("old{i}"), "created": 0, "boot": "test", "lan": lan, "nodes": []});
+        std::fs::write(dir.join("cluster.json"), rec.to_string()).unwrap();
+    }
+    let guard = Cluster { names: &["race"], state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            Command::new(bin())
+                .args(["talosctl", "cluster", "create", "--name", "race", "--state", &s, "--disk-image", &d])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Output> = children.into_iter().map(|c| c.wait_with_output().unwrap()).collect();
+    let all: Vec<String> = outs.iter().map(text).collect();
+    assert_eq!(outs.iter().filter(|o| o.status.success()).count(), 1, "{all:#?}");
+    for out in outs.iter().filter(|o| !o.status.success()) {
+        assert!(text(out).contains("cluster \"race\" already exists"), "{all:#?}");
+    }
+    let dir = state.join("race");
+    assert_eq!(record(&dir)["name"], "race");
+    assert!(pid_alive_as(&dir.join("race-controlplane-1.pid"), "qemu"), "the winner's QEMU is gone: {all:#?}");
     drop(guard);
 }

@@ -1,7 +1,7 @@
 //! Addresses for a cluster: node names, MACs, the LAN's multicast group and port, and free
-//! loopback ports for the forwarded API. Everything but [`free_ports`] is a pure function of the
-//! cluster name (and of the groups other clusters already hold), so a cluster's addresses are
-//! predictable and two clusters do not share a LAN.
+//! loopback ports for the forwarded API. Every candidate is a pure function of the cluster name
+//! (and of the groups other clusters already hold; API ports are then probed), so a cluster's
+//! addresses are predictable and two clusters do not share a LAN.
 //!
 //! Never allocates anything outside 127.0.0.1 and the administratively chosen 230.0.0.0/8 range.
 
@@ -147,19 +147,67 @@ pub fn mcast(cluster: &str, taken: &[Mcast]) -> Mcast {
     }
 }
 
-/// `n` distinct free TCP ports on 127.0.0.1, found by binding port 0. The ports are released
-/// before QEMU binds them, so another program could take one in between; QEMU then fails to
-/// start and says so.
-pub fn free_ports(n: usize) -> Result<Vec<u16>, ProvisionError> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ProvisionError::Port)?;
-    listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(ProvisionError::Port)
+/// Where the kernel keeps the range it hands out ephemeral ports from (bind to port 0, and the
+/// source port of every outgoing connection).
+pub const EPHEMERAL_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+
+/// The lowest port an API forward may get: below it sit well-known services' ports.
+pub const API_PORT_MIN: u16 = 10000;
+
+/// Parses [`EPHEMERAL_RANGE`]'s text: two port numbers, low and high.
+pub fn parse_port_range(text: &str) -> Option<(u16, u16)> {
+    let mut words = text.split_whitespace();
+    let lo = words.next()?.parse().ok()?;
+    let hi = words.next()?.parse().ok()?;
+    (words.next().is_none() && lo <= hi).then_some((lo, hi))
+}
+
+/// The kernel's ephemeral port range, low and high.
+pub fn ephemeral_range() -> Result<(u16, u16), ProvisionError> {
+    let path = std::path::PathBuf::from(EPHEMERAL_RANGE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| ProvisionError::PortRange { path: path.clone(), detail: e.to_string() })?;
+    parse_port_range(&text)
+        .ok_or_else(|| ProvisionError::PortRange { path, detail: format!("{:?} is not two port numbers", text.trim()) })
+}
+
+/// Whether 127.0.0.1:`port` can be bound right now (nobody listens there).
+pub fn port_is_free(port: u16) -> bool {
+    TcpListener::bind((Ipv4Addr::LOCALHOST, port)).is_ok()
+}
+
+/// The loopback ports forwarded to the API of `cluster`'s `n` nodes. They come from outside the
+/// kernel's `ephemeral` range, because a port found free there (bind to port 0) is released
+/// before QEMU binds it and the kernel may hand it to any outgoing connection in between; outside
+/// it, only a program binding that very number can take it. Like [`mcast`], the candidates are a
+/// pure function of the cluster name; each is kept when `free` says nobody holds it.
+pub fn api_ports(
+    cluster: &str,
+    n: usize,
+    ephemeral: (u16, u16),
+    free: &mut dyn FnMut(u16) -> bool,
+) -> Result<Vec<u16>, ProvisionError> {
+    let (lo, hi) = ephemeral;
+    let pool: Vec<u16> = (API_PORT_MIN..=u16::MAX).filter(|p| !(lo..=hi).contains(p)).collect();
+    let none = || ProvisionError::NoFreePort { cluster: cluster.to_string(), wanted: n, lo, hi };
+    let len = u64::try_from(pool.len()).map_err(|_| none())?;
+    if len == 0 {
+        return Err(none());
+    }
+    let base = fnv1a(format!("{cluster}/api").as_bytes());
+    let mut ports: Vec<u16> = Vec::with_capacity(n);
+    // Hash steps revisit some candidates; four rounds of the pool tries (almost) all of them.
+    for attempt in 0..len * 4 {
+        if ports.len() == n {
+            break;
+        }
+        let h = base.wrapping_add(attempt.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let port = usize::try_from(h % len).ok().and_then(|i| pool.get(i).copied()).ok_or_else(none)?;
+        if !ports.contains(&port) && free(port) {
+            ports.push(port);
+        }
+    }
+    if ports.len() == n { Ok(ports) } else { Err(none()) }
 }
 
 #[cfg(test)]
@@ -226,13 +274,50 @@ mod tests {
     }
 
     #[test]
-    fn free_ports_are_distinct_and_bindable() {
-        let ports = free_ports(4).unwrap();
+    fn port_range_parses_the_proc_file() {
+        assert_eq!(parse_port_range("32768\t60999\n"), Some((32768, 60999)));
+        assert_eq!(parse_port_range("1024 65535"), Some((1024, 65535)));
+        for bad in ["", "32768", "a b", "60999 32768", "1 2 3", "1 70000"] {
+            assert_eq!(parse_port_range(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn api_ports_are_stable_distinct_and_outside_the_ephemeral_range() {
+        let range = (32768, 60999);
+        let ports = api_ports("dev", 8, range, &mut |_| true).unwrap();
+        assert_eq!(ports, api_ports("dev", 8, range, &mut |_| true).unwrap(), "a pure function of the name");
+        assert_ne!(ports, api_ports("prod", 8, range, &mut |_| true).unwrap());
         let set: std::collections::HashSet<_> = ports.iter().collect();
-        assert_eq!(set.len(), 4);
+        assert_eq!(set.len(), 8);
+        for p in &ports {
+            assert!(*p >= API_PORT_MIN && !(range.0..=range.1).contains(p), "{p}");
+        }
+        // A busy candidate is skipped, the others stay.
+        let busy = ports[0];
+        let next = api_ports("dev", 8, range, &mut |p| p != busy).unwrap();
+        assert!(!next.contains(&busy));
+        assert_eq!(next[..7], ports[1..]);
+        // Nothing left outside the range, or nothing free: one error naming the range.
+        let err = api_ports("dev", 1, (1024, 65535), &mut |_| true).unwrap_err().to_string();
+        assert!(err.contains("outside the ephemeral range 1024-65535"), "{err}");
+        assert!(api_ports("dev", 1, range, &mut |_| false).is_err());
+    }
+
+    /// On this host: the ports are outside the kernel's real ephemeral range, bindable, and a
+    /// port somebody listens on is not handed out.
+    #[test]
+    fn api_ports_on_this_host_avoid_ephemeral_and_busy_ports() {
+        let range = ephemeral_range().unwrap();
+        let first = api_ports("busy", 1, range, &mut port_is_free).unwrap()[0];
+        assert!(!(range.0..=range.1).contains(&first), "{first} is in the ephemeral range {range:?}");
+        let held = TcpListener::bind((Ipv4Addr::LOCALHOST, first)).unwrap();
+        let ports = api_ports("busy", 4, range, &mut port_is_free).unwrap();
+        assert!(!ports.contains(&first), "{first} is held by this test");
         for p in ports {
-            assert!(p > 0);
+            assert!(!(range.0..=range.1).contains(&p), "{p} is in the ephemeral range {range:?}");
             TcpListener::bind((Ipv4Addr::LOCALHOST, p)).unwrap();
         }
+        drop(held);
     }
 }

@@ -53,6 +53,17 @@ fn opt(p: &Path) -> String {
     p.to_string_lossy().replace(',', ",,")
 }
 
+/// The argument after QEMU's `-pidfile`: only this node's QEMU has it, so it tells that process
+/// apart from every other QEMU (see `host::Ours`).
+pub fn qemu_pid_arg(pid_file: &Path) -> String {
+    pid_file.to_string_lossy().into_owned()
+}
+
+/// The argument after swtpm's `--pid`: only this node's swtpm has it.
+pub fn swtpm_pid_arg(pid_file: &Path) -> String {
+    format!("file={}", opt(pid_file))
+}
+
 /// QEMU's arguments (without the program name) for one node, run detached.
 pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
@@ -65,7 +76,7 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     push(&["-display", "none", "-monitor", "none", "-parallel", "none"]);
     push(&["-serial", &format!("file:{}", n.serial_log.to_string_lossy())]);
     push(&["-qmp", &format!("unix:{},server=on,wait=off", opt(&n.qmp_socket))]);
-    push(&["-daemonize", "-pidfile", &n.pid_file.to_string_lossy()]);
+    push(&["-daemonize", "-pidfile", &qemu_pid_arg(&n.pid_file)]);
     if let Some(vars) = &n.ovmf_vars {
         push(&["-drive", &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}")]);
         push(&["-drive", &format!("if=pflash,format=raw,unit=1,file={}", opt(vars))]);
@@ -120,7 +131,7 @@ pub fn swtpm_argv(t: &SwtpmLaunch) -> Vec<String> {
         "--flags".into(),
         "startup-clear".into(),
         "--pid".into(),
-        format!("file={}", opt(&t.pid_file)),
+        swtpm_pid_arg(&t.pid_file),
         "--log".into(),
         format!("file={},level=1", opt(&t.log)),
         "--terminate".into(),

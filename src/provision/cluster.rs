@@ -118,15 +118,12 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         if plan.uefi() { &[(argv::OVMF_CODE, "ovmf"), (argv::OVMF_VARS, "ovmf")] } else { &[] };
     host::check_tools(&tools, firmware)?;
 
-    if dir.exists() {
-        return Err(ProvisionError::AlreadyExists { name: opts.name.clone(), dir });
-    }
     if dir.to_str().is_none() {
         return Err(ProvisionError::NonUtf8Path { path: dir });
     }
     let root = dir.parent().map(Path::to_path_buf).unwrap_or_default();
     let lan = alloc::mcast(&opts.name, &state::taken_lans(&root));
-    let ports = alloc::free_ports(names.len())?;
+    let ports = alloc::api_ports(&opts.name, names.len(), alloc::ephemeral_range()?, &mut alloc::port_is_free)?;
     let mut launches = Vec::new();
     let mut nodes = Vec::new();
     let media = match &plan {
@@ -187,7 +184,16 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let record = ClusterRecord { name: opts.name.clone(), created, boot: plan.to_string(), lan, nodes };
     // Everything that can be checked without effects has been: only now does the directory appear.
-    std::fs::create_dir_all(&dir).map_err(io_err("creating state directory", &dir))?;
+    // Creating it is also the check that no other cluster of this name exists: of two creates of
+    // one name racing, exactly one makes the directory, and the other stops here.
+    std::fs::create_dir_all(&root).map_err(io_err("creating state root", &root))?;
+    match std::fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(ProvisionError::AlreadyExists { name: opts.name.clone(), dir });
+        }
+        Err(e) => return Err(io_err("creating state directory", &dir)(e)),
+    }
     step(format!("state directory {}", dir.display()));
     if let Err(e) = record.write(&dir) {
         let _ = std::fs::remove_dir_all(&dir);
@@ -197,8 +203,18 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let started = start_all(&dir, &plan, &launches, opts.disk_mib, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
-        stop_record(&record, &mut |_| {});
-        let _ = std::fs::remove_dir_all(&dir);
+        let survivors = stop_record(&record, &STOPPING, &mut |_| {});
+        if survivors.is_empty() {
+            let _ = std::fs::remove_dir_all(&dir);
+        } else {
+            let state = opts.state_root.as_ref().map(|s| format!(" --state {}", s.display())).unwrap_or_default();
+            step(format!(
+                "kept {}: {} would not stop (destroy with: talosctl cluster destroy --name {}{state})",
+                dir.display(),
+                list_survivors(&survivors),
+                opts.name
+            ));
+        }
         return Err(e);
     }
     Ok(Created { dir, plan, record })
@@ -286,34 +302,67 @@ fn start_qemu(node: &NodeLaunch) -> Result<(), ProvisionError> {
     Ok(())
 }
 
+/// How `stop_record` goes about stopping: how long it waits after QMP `quit` and after SIGTERM,
+/// and how it sends signals.
+#[derive(Debug, Clone, Copy)]
+struct Stopping {
+    quit: Duration,
+    qemu_grace: Duration,
+    swtpm_grace: Duration,
+    send: host::Signaller,
+}
+
+const STOPPING: Stopping = Stopping {
+    quit: Duration::from_secs(5),
+    qemu_grace: Duration::from_secs(5),
+    swtpm_grace: Duration::from_secs(3),
+    send: host::signal,
+};
+
+/// A process `stop_record` could not stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Survivor {
+    node: String,
+    program: &'static str,
+    pid: i32,
+}
+
+fn list_survivors(survivors: &[Survivor]) -> String {
+    let list: Vec<String> =
+        survivors.iter().map(|s| format!("{} (node {}, pid {})", s.program, s.node, s.pid)).collect();
+    list.join(", ")
+}
+
 /// Stops every process the record names: QEMU through QMP `quit` (then SIGTERM/SIGKILL if it
-/// lingers), swtpm with SIGTERM. `step` gets a line per process.
-fn stop_record(record: &ClusterRecord, step: &mut dyn FnMut(String)) {
-    for node in &record.nodes {
-        if let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) {
-            let asked = host::qmp(&node.qmp_socket, "quit").is_ok();
-            let gone = (asked && host::wait_gone(pid, "qemu", Duration::from_secs(5)))
-                || host::terminate(pid, "qemu", Duration::from_secs(5));
-            step(format!(
-                "{}: QEMU (pid {}) {}",
-                node.name,
-                pid.as_raw_nonzero(),
-                if gone { "stopped" } else { "would not stop" }
-            ));
+/// lingers), swtpm with SIGTERM. `step` gets a line per process. Returns the processes that are
+/// still running afterwards.
+fn stop_record(record: &ClusterRecord, how: &Stopping, step: &mut dyn FnMut(String)) -> Vec<Survivor> {
+    let mut survivors = Vec::new();
+    let mut report = |node: &str, program: &'static str, pid: rustix::process::Pid, gone: bool| {
+        let pid = pid.as_raw_nonzero().get();
+        step(format!("{node}: {program} (pid {pid}) {}", if gone { "stopped" } else { "would not stop" }));
+        if !gone {
+            survivors.push(Survivor { node: node.to_string(), program, pid });
         }
-        if let Some(pid) = node.swtpm_pid_file.as_deref().and_then(host::read_pid) {
+    };
+    for node in &record.nodes {
+        let qemu = host::Ours::qemu(&node.pid_file);
+        if let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, &qemu)) {
+            let asked = host::qmp(&node.qmp_socket, "quit").is_ok();
+            let gone = (asked && host::wait_gone(pid, &qemu, how.quit))
+                || host::terminate_with(pid, &qemu, how.qemu_grace, how.send);
+            report(&node.name, "QEMU", pid, gone);
+        }
+        if let Some(pid_file) = node.swtpm_pid_file.as_deref() {
             // swtpm --terminate usually leaves with QEMU; stop it if it did not.
-            if host::is_ours(pid, "swtpm") {
-                let gone = host::terminate(pid, "swtpm", Duration::from_secs(3));
-                step(format!(
-                    "{}: swtpm (pid {}) {}",
-                    node.name,
-                    pid.as_raw_nonzero(),
-                    if gone { "stopped" } else { "would not stop" }
-                ));
+            let swtpm = host::Ours::swtpm(pid_file);
+            if let Some(pid) = host::read_pid(pid_file).filter(|p| host::is_ours(*p, &swtpm)) {
+                let gone = host::terminate_with(pid, &swtpm, how.swtpm_grace, how.send);
+                report(&node.name, "swtpm", pid, gone);
             }
         }
     }
+    survivors
 }
 
 /// Reads a cluster's record and, per node, a line saying whether its QEMU runs and the last
@@ -329,7 +378,7 @@ pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(Stri
         .iter()
         .map(|n| {
             let running = host::read_pid(&n.pid_file)
-                .filter(|p| host::is_ours(*p, "qemu"))
+                .filter(|p| host::is_ours(*p, &host::Ours::qemu(&n.pid_file)))
                 .map(|p| format!("running (QEMU pid {})", p.as_raw_nonzero()))
                 .unwrap_or_else(|| "not running".to_string());
             let log = String::from_utf8_lossy(&std::fs::read(&n.serial_log).unwrap_or_default()).replace('\r', "");
@@ -351,15 +400,16 @@ fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(St
     let start = Instant::now();
     let mut pending = Vec::new();
     for node in &record.nodes {
-        let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, "qemu")) else { continue };
+        let qemu = host::Ours::qemu(&node.pid_file);
+        let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, &qemu)) else { continue };
         match host::qmp(&node.qmp_socket, "system_powerdown") {
-            Ok(_) => pending.push((node, pid)),
+            Ok(_) => pending.push((node, pid, qemu)),
             Err(e) => step(format!("{}: pressing the power button over QMP failed: {e}", node.name)),
         }
     }
-    for (node, pid) in pending {
+    for (node, pid, qemu) in pending {
         let left = timeout.saturating_sub(start.elapsed());
-        if host::wait_gone(pid, "qemu", left) {
+        if host::wait_gone(pid, &qemu, left) {
             step(format!("{}: powered off by itself after {:.1} s", node.name, start.elapsed().as_secs_f64()));
         } else {
             step(format!(
@@ -371,8 +421,17 @@ fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(St
     }
 }
 
-/// Stops a cluster and removes its state directory.
+/// Stops a cluster and removes its state directory. When a process the record names will not
+/// stop, the directory (and so the record naming it) stays and the error names the process.
 pub fn destroy(opts: &DestroyOptions, step: &mut dyn FnMut(String)) -> Result<PathBuf, ProvisionError> {
+    destroy_with(opts, &STOPPING, step)
+}
+
+fn destroy_with(
+    opts: &DestroyOptions,
+    how: &Stopping,
+    step: &mut dyn FnMut(String),
+) -> Result<PathBuf, ProvisionError> {
     let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
     if !dir.join(state::RECORD).is_file() {
         return Err(ProvisionError::NoSuchCluster { name: opts.name.clone(), dir });
@@ -381,7 +440,14 @@ pub fn destroy(opts: &DestroyOptions, step: &mut dyn FnMut(String)) -> Result<Pa
     if let Some(timeout) = opts.graceful {
         power_down(&record, timeout, step);
     }
-    stop_record(&record, step);
+    let survivors = stop_record(&record, how, step);
+    if !survivors.is_empty() {
+        return Err(ProvisionError::StillRunning {
+            name: opts.name.clone(),
+            dir,
+            survivors: list_survivors(&survivors),
+        });
+    }
     std::fs::remove_dir_all(&dir).map_err(io_err("removing state directory", &dir))?;
     Ok(dir)
 }
@@ -439,7 +505,8 @@ pub fn wait_ready(
             *p = match judge_log(&log) {
                 NodeProgress::Ready(_) => NodeProgress::Ready(elapsed),
                 NodeProgress::Booting(last) => {
-                    let alive = host::read_pid(&node.pid_file).is_some_and(|pid| host::is_ours(pid, "qemu"));
+                    let alive = host::read_pid(&node.pid_file)
+                        .is_some_and(|pid| host::is_ours(pid, &host::Ours::qemu(&node.pid_file)));
                     if alive { NodeProgress::Booting(last) } else { NodeProgress::Failed("QEMU exited".to_string()) }
                 }
                 failed => failed,
@@ -509,6 +576,80 @@ mod tests {
         assert_eq!(judge_log(failed), NodeProgress::Failed(failed.trim().into()));
         let panic = "[    1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n";
         assert!(matches!(judge_log(panic), NodeProgress::Failed(_)));
+    }
+
+    /// A process destroy cannot stop (here: one whose signals are dropped) keeps the state
+    /// directory and its record, and the error names the node and pid; once it is gone, destroy
+    /// finishes.
+    #[test]
+    fn destroy_keeps_the_record_of_a_process_that_will_not_stop() {
+        use std::os::unix::process::CommandExt;
+        let root = std::env::temp_dir().join(format!("talosbox-stuck-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("stuck");
+        std::fs::create_dir_all(&dir).unwrap();
+        let node = "stuck-controlplane-1";
+        let pid_file = dir.join(format!("{node}.pid"));
+        std::fs::write(&pid_file, "").unwrap();
+        // A real process with a node QEMU's command line: argv[0] names qemu, the pid file is an
+        // argument. It has no QMP socket, so only signals could stop it.
+        let mut child = Command::new("tail")
+            .arg0("qemu-system-x86_64")
+            .args(["-f", &pid_file.to_string_lossy()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let _stray = host::tests::Stray(
+            rustix::process::Pid::from_raw(i32::try_from(pid).unwrap()).unwrap(),
+            host::Ours::qemu(&pid_file),
+        );
+        std::fs::write(&pid_file, format!("{pid}\n")).unwrap();
+        let start = Instant::now();
+        while !host::read_pid(&pid_file).is_some_and(|p| host::is_ours(p, &host::Ours::qemu(&pid_file))) {
+            assert!(start.elapsed() < Duration::from_secs(5), "child never exec'd");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let record = ClusterRecord {
+            name: "stuck".into(),
+            created: 0,
+            boot: "test".into(),
+            lan: alloc::mcast("stuck", &[]),
+            nodes: vec![NodeRecord {
+                name: node.into(),
+                role: alloc::Role::Controlplane,
+                api_port: 10000,
+                api_mac: alloc::mac("stuck", Nic::Api, 0).to_string(),
+                lan_mac: alloc::mac("stuck", Nic::Lan, 0).to_string(),
+                serial_log: dir.join(format!("{node}.log")),
+                pid_file: pid_file.clone(),
+                qmp_socket: dir.join("controlplane-1.qmp"),
+                swtpm_pid_file: None,
+                data_disk: None,
+            }],
+        };
+        record.write(&dir).unwrap();
+        let opts = DestroyOptions { name: "stuck".into(), state_root: Some(root.clone()), graceful: None };
+        let deaf = Stopping {
+            quit: Duration::ZERO,
+            qemu_grace: Duration::from_millis(100),
+            swtpm_grace: Duration::from_millis(100),
+            send: |_, _| {},
+        };
+        let mut lines = Vec::new();
+        let err = destroy_with(&opts, &deaf, &mut |l| lines.push(l)).unwrap_err().to_string();
+        assert!(err.contains(&format!("QEMU (node {node}, pid {pid}) would not stop")), "{err}");
+        assert!(err.contains(&dir.display().to_string()), "{err}");
+        assert!(lines.iter().any(|l| l == &format!("{node}: QEMU (pid {pid}) would not stop")), "{lines:?}");
+        assert_eq!(ClusterRecord::read(&dir).unwrap(), record, "the record of a running process must stay");
+
+        let reaper = std::thread::spawn(move || child.wait());
+        let out = destroy(&opts, &mut |_| {});
+        reaper.join().unwrap().unwrap();
+        assert_eq!(out.unwrap(), dir);
+        assert!(!dir.exists());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! package when one is missing), building the UKI's FAT ESP with mtools, and finding, asking and
 //! signalling the processes it started.
 //!
-//! Never signals a pid whose command line does not name the program the pid file belongs to
-//! (a stale pid file may point at a reused pid), and never runs anything as another user.
+//! Never signals a pid whose command line is not the one the pid file belongs to (program and the
+//! pid file's own path: a stale pid file may point at a reused pid, even another node's QEMU), and
+//! never runs anything as another user.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -62,43 +63,80 @@ pub fn read_pid(pid_file: &Path) -> Option<Pid> {
     Pid::from_raw(text.trim().parse().ok()?)
 }
 
-/// The pid is alive and its command line names `program` (guards against reused pids).
-pub fn is_ours(pid: Pid, program: &str) -> bool {
-    if test_kill_process(pid).is_err() {
-        return false;
+/// A process this provisioner started, as its command line shows it: the program its argv[0]
+/// names, and the one argument only this node's process has (its own pid file). A pid file can
+/// outlive its process, and the pid can then belong to another node's QEMU, of this cluster or
+/// another one run by the same user; the program name alone would get that node killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ours {
+    /// What argv[0]'s file name starts with.
+    pub program: &'static str,
+    /// An argument that must appear, whole, after argv[0].
+    pub arg: String,
+}
+
+impl Ours {
+    /// The QEMU started with `-pidfile <pid_file>`.
+    pub fn qemu(pid_file: &Path) -> Self {
+        Ours { program: "qemu", arg: super::argv::qemu_pid_arg(pid_file) }
     }
-    match std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero())) {
-        Ok(cmdline) => cmdline.split(|b| *b == 0).next().is_some_and(|argv0| {
-            String::from_utf8_lossy(argv0).rsplit('/').next().is_some_and(|base| base.starts_with(program))
-        }),
-        Err(_) => false,
+
+    /// The swtpm started with `--pid file=<pid_file>`.
+    pub fn swtpm(pid_file: &Path) -> Self {
+        Ours { program: "swtpm", arg: super::argv::swtpm_pid_arg(pid_file) }
     }
 }
 
+/// Sends a signal; errors (the process is already gone) are of no interest to the callers.
+pub type Signaller = fn(Pid, Signal);
+
+/// The real [`Signaller`].
+pub fn signal(pid: Pid, sig: Signal) {
+    let _ = kill_process(pid, sig);
+}
+
+/// The pid is alive and its command line is the one `ours` describes (guards against reused pids).
+pub fn is_ours(pid: Pid, ours: &Ours) -> bool {
+    if test_kill_process(pid).is_err() {
+        return false;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero())) else { return false };
+    let mut args = cmdline.split(|b| *b == 0);
+    let named = args.next().is_some_and(|argv0| {
+        String::from_utf8_lossy(argv0).rsplit('/').next().is_some_and(|base| base.starts_with(ours.program))
+    });
+    named && args.any(|a| a == ours.arg.as_bytes())
+}
+
 /// Waits up to `timeout` for the process to go away.
-pub fn wait_gone(pid: Pid, program: &str, timeout: Duration) -> bool {
+pub fn wait_gone(pid: Pid, ours: &Ours, timeout: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if !is_ours(pid, program) {
+        if !is_ours(pid, ours) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    !is_ours(pid, program)
+    !is_ours(pid, ours)
 }
 
 /// Stops a process we started: SIGTERM, then SIGKILL if it is still there after `grace`.
 /// Returns true when it is gone.
-pub fn terminate(pid: Pid, program: &str, grace: Duration) -> bool {
-    if !is_ours(pid, program) {
+pub fn terminate(pid: Pid, ours: &Ours, grace: Duration) -> bool {
+    terminate_with(pid, ours, grace, signal)
+}
+
+/// [`terminate`], sending its signals through `send`.
+pub fn terminate_with(pid: Pid, ours: &Ours, grace: Duration, send: Signaller) -> bool {
+    if !is_ours(pid, ours) {
         return true;
     }
-    let _ = kill_process(pid, Signal::TERM);
-    if wait_gone(pid, program, grace) {
+    send(pid, Signal::TERM);
+    if wait_gone(pid, ours, grace) {
         return true;
     }
-    let _ = kill_process(pid, Signal::KILL);
-    wait_gone(pid, program, Duration::from_secs(2))
+    send(pid, Signal::KILL);
+    wait_gone(pid, ours, Duration::from_secs(2))
 }
 
 /// Sends one QMP command (after the capabilities handshake) and returns the reply line.
@@ -120,27 +158,118 @@ pub fn qmp(socket: &Path, command: &str) -> std::io::Result<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::process::Command;
+
+    /// Kills a test's process when the test ends, passed or failed, if it is still there: no
+    /// stand-in outlives its test (or holds the harness's output open).
+    pub(crate) struct Stray(pub Pid, pub Ours);
+
+    impl Drop for Stray {
+        fn drop(&mut self) {
+            if is_ours(self.0, &self.1) {
+                let _ = kill_process(self.0, Signal::KILL);
+            }
+        }
+    }
+
+    /// Waits for a just-spawned child to have exec'd (right after fork its cmdline is the parent's).
+    fn wait_exec(pid: Pid, ours: &Ours) {
+        let start = Instant::now();
+        while !is_ours(pid, ours) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn pid_of(child: &std::process::Child) -> Pid {
+        Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap()
+    }
 
     #[test]
     fn terminate_stops_a_real_child_and_checks_its_name() {
         let mut child = Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
-        // Right after fork the child may not have exec'd sleep yet.
-        let start = Instant::now();
-        while !is_ours(pid, "sleep") && start.elapsed() < Duration::from_secs(5) {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(is_ours(pid, "sleep"));
-        assert!(!is_ours(pid, "qemu"), "a pid whose program differs is not ours");
-        assert!(terminate(pid, "qemu", Duration::from_millis(100)), "nothing named qemu to stop");
-        assert!(is_ours(pid, "sleep"), "a process of another program must not be signalled");
+        let pid = pid_of(&child);
+        let sleep = Ours { program: "sleep", arg: "30".into() };
+        let _stray = Stray(pid, sleep.clone());
+        wait_exec(pid, &sleep);
+        assert!(is_ours(pid, &sleep));
+        let qemu = Ours { program: "qemu", arg: "30".into() };
+        assert!(!is_ours(pid, &qemu), "a pid whose program differs is not ours");
+        assert!(terminate(pid, &qemu, Duration::from_millis(100)), "nothing named qemu to stop");
+        assert!(is_ours(pid, &sleep), "a process of another program must not be signalled");
         // Reap in a thread so the zombie disappears while terminate polls.
         let reaper = std::thread::spawn(move || child.wait());
-        assert!(terminate(pid, "sleep", Duration::from_secs(5)));
+        assert!(terminate(pid, &sleep, Duration::from_secs(5)));
         reaper.join().unwrap().unwrap();
+    }
+
+    /// A stale pid file whose pid now belongs to another node's QEMU: same program, same user,
+    /// but its -pidfile is that node's, so it is not ours and must not be signalled.
+    #[test]
+    fn a_qemu_with_another_nodes_pid_file_is_not_ours() {
+        use std::os::unix::process::CommandExt;
+        let dir = std::env::temp_dir().join(format!("talosbox-ours-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let theirs = dir.join("other-controlplane-1.pid");
+        let mine = dir.join("dev-controlplane-1.pid");
+        std::fs::write(&theirs, "").unwrap();
+        // A real process whose command line looks like the other node's QEMU: argv[0] names
+        // qemu and its pid file is an argument.
+        let mut child = Command::new("tail")
+            .arg0("qemu-system-x86_64")
+            .args(["-f", &theirs.to_string_lossy()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = pid_of(&child);
+        let _stray = Stray(pid, Ours::qemu(&theirs));
+        wait_exec(pid, &Ours::qemu(&theirs));
+        assert!(is_ours(pid, &Ours::qemu(&theirs)));
+        assert!(!is_ours(pid, &Ours::qemu(&mine)), "another node's QEMU is not ours");
+        assert!(!is_ours(pid, &Ours::swtpm(&theirs)), "not a swtpm");
+        assert!(terminate(pid, &Ours::qemu(&mine), Duration::from_millis(100)));
+        assert!(is_ours(pid, &Ours::qemu(&theirs)), "another node's QEMU must not be signalled");
+        let reaper = std::thread::spawn(move || child.wait());
+        assert!(terminate(pid, &Ours::qemu(&theirs), Duration::from_secs(5)));
+        reaper.join().unwrap().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// swtpm is told its pid file as `--pid file=<path>`: a real swtpm is ours only under its own.
+    #[test]
+    fn a_swtpm_is_ours_only_under_its_own_pid_file() {
+        if check_tools(&[SWTPM], &[]).is_err() {
+            let _ = writeln!(std::io::stderr(), "skipped: swtpm not installed (apt-get install swtpm)");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("talosbox-swtpm-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let launch = |d: PathBuf| super::super::argv::SwtpmLaunch {
+            socket: d.join("swtpm.sock"),
+            pid_file: d.join("swtpm.pid"),
+            log: d.join("swtpm.log"),
+            state_dir: d,
+        };
+        let mine = launch(dir.join("a.tpm"));
+        let theirs = launch(dir.join("b.tpm"));
+        std::fs::create_dir_all(&mine.state_dir).unwrap();
+        let status = Command::new(which("swtpm").unwrap())
+            .args(super::super::argv::swtpm_argv(&mine))
+            .stdin(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let pid = read_pid(&mine.pid_file).unwrap();
+        let _stray = Stray(pid, Ours::swtpm(&mine.pid_file));
+        assert!(is_ours(pid, &Ours::swtpm(&mine.pid_file)));
+        assert!(!is_ours(pid, &Ours::swtpm(&theirs.pid_file)), "another node's swtpm is not ours");
+        assert!(!is_ours(pid, &Ours::qemu(&mine.pid_file)), "not a QEMU");
+        assert!(terminate(pid, &Ours::swtpm(&theirs.pid_file), Duration::from_millis(100)));
+        assert!(is_ours(pid, &Ours::swtpm(&mine.pid_file)), "must not be signalled under another pid file");
+        assert!(terminate(pid, &Ours::swtpm(&mine.pid_file), Duration::from_secs(3)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

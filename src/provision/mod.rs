@@ -48,8 +48,12 @@ pub enum ProvisionError {
     Io { action: &'static str, path: PathBuf, source: std::io::Error },
     #[error("reading cluster record {}: {source}", path.display())]
     Record { path: PathBuf, source: serde_json::Error },
-    #[error("allocating a free TCP port on 127.0.0.1: {0}")]
-    Port(#[source] std::io::Error),
+    #[error("reading the ephemeral port range from {}: {detail}", path.display())]
+    PortRange { path: PathBuf, detail: String },
+    #[error(
+        "cluster {cluster:?}: no {wanted} free TCP port(s) on 127.0.0.1 in 10000-65535 outside the ephemeral range {lo}-{hi}"
+    )]
+    NoFreePort { cluster: String, wanted: usize, lo: u16, hi: u16 },
     #[error("running {tool}: {source}")]
     Spawn { tool: String, source: std::io::Error },
     #[error("starting node {node}: QEMU exited with {status}: {stderr}")]
@@ -58,6 +62,8 @@ pub enum ProvisionError {
     SwtpmStart { node: String, detail: String },
     #[error("{0}")]
     NotReady(String),
+    #[error("cluster {name:?}: {survivors} would not stop; kept {} so its record of them is not lost (stop them, then destroy again)", dir.display())]
+    StillRunning { name: String, dir: PathBuf, survivors: String },
 }
 
 /// Shorthand for an I/O error on a path with the action that was being done.
