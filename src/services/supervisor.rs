@@ -8,11 +8,13 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use rustix::pipe::PipeFlags;
 use rustix::process::{Pid, Signal};
 use tokio::io::AsyncReadExt;
@@ -133,7 +135,21 @@ impl Supervisor {
             let log = LogRing::new(def.log_capacity);
             entries.insert(def.name.clone(), Entry { snapshot, log, stop: stop.clone(), task: None });
         }
-        let task = tokio::spawn(Arc::clone(self).supervise(def.clone(), stop));
+        // A bug in supervision must not leave the service shown as Running forever: a panic
+        // marks it Failed, naming the panic.
+        let me = Arc::clone(self);
+        let name = def.name.clone();
+        let supervised = AssertUnwindSafe(Arc::clone(self).supervise(def.clone(), stop));
+        let task = tokio::spawn(async move {
+            if let Err(panic) = supervised.catch_unwind().await {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "non-string panic".to_string());
+                me.set(&name, ServiceState::Failed, None, format!("supervision panicked: {what}"));
+            }
+        });
         if let Some(entry) = self.lock().get_mut(&def.name) {
             entry.task = Some(task);
         }
