@@ -8,7 +8,8 @@
 //! modify a module tree given by path.
 
 use super::host::{self, HostError};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::kernel::modules::ModuleIndex;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// The Debian metapackage that names today's cloud kernel.
@@ -318,14 +319,11 @@ pub fn depmod(base: &Path, release: &str) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// Module name as the kernel sees it: file stem with `-` folded to `_`.
-pub fn canonical(name: &str) -> String {
-    name.trim_end_matches(".ko").replace('-', "_")
-}
-
-fn stem(path: &str) -> &str {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    file.strip_suffix(".ko").unwrap_or(file)
+/// The file stem of a module path (`kernel/drivers/md/dm-mod.ko` → `dm-mod`), the spelling
+/// written to `/etc/talosbox/modules`.
+fn stem(path: &Path) -> String {
+    let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    file.split(".ko").next().unwrap_or(&file).to_string()
 }
 
 /// What the image carries: module files (tree-relative paths) and the always-load list.
@@ -339,7 +337,8 @@ pub struct Selection {
 }
 
 /// Chooses modules: named ones, those whose alias matches a device modalias, and the
-/// dependency closure of all of them, from the texts of modules.dep/.alias/.builtin.
+/// dependency closure of all of them, from the texts of modules.dep/.alias/.builtin. The
+/// indexes are read and resolved by the same code init uses on the node.
 pub fn select(
     dep: &str,
     alias: &str,
@@ -347,146 +346,41 @@ pub fn select(
     profile: &super::profile::Modules,
     release: &str,
 ) -> Result<Selection, KernelError> {
-    let mut deps: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
-    for line in dep.lines() {
-        let Some((path, rest)) = line.split_once(':') else { continue };
-        let d = rest.split_whitespace().map(str::to_string).collect();
-        deps.insert(canonical(stem(path)), (path.to_string(), d));
-    }
-    let builtins: BTreeSet<String> = builtin.lines().map(|l| canonical(stem(l.trim()))).collect();
+    let dir = Path::new("/lib/modules").join(release);
+    let index = ModuleIndex::parse(&dir, dep, alias, builtin)
+        .map_err(|e| KernelError::Tree { path: dir.clone(), message: e.to_string() })?;
     let mut sel = Selection::default();
     let mut roots: Vec<String> = Vec::new();
     for (field, list, load) in [("modules.load", &profile.load, true), ("modules.include", &profile.include, false)] {
         for name in list {
-            let c = canonical(name);
-            if let Some((path, _)) = deps.get(&c) {
+            if let Some(entry) = index.get(name) {
                 if load {
-                    sel.load.push(stem(path).to_string());
+                    sel.load.push(stem(&entry.path));
                 }
-                roots.push(path.clone());
-            } else if builtins.contains(&c) {
+                roots.push(entry.name.clone());
+            } else if index.is_builtin(name) {
                 sel.builtin.push(name.clone());
             } else {
                 return Err(KernelError::UnknownModule { name: name.clone(), field, release: release.into() });
             }
         }
     }
-    for line in alias.lines() {
-        let mut parts = line.split_whitespace();
-        let (Some("alias"), Some(pattern), Some(module)) = (parts.next(), parts.next(), parts.next()) else {
-            continue;
-        };
-        if profile.device_modaliases.iter().any(|m| glob(pattern, m))
-            && let Some((path, _)) = deps.get(&canonical(module))
-        {
-            sel.by_alias.insert(stem(path).to_string());
-            roots.push(path.clone());
+    for modalias in &profile.device_modaliases {
+        // Aliases of built-in drivers name no module file: nothing to carry.
+        for entry in index.match_alias(modalias).into_iter().filter_map(|m| index.get(m)) {
+            sel.by_alias.insert(stem(&entry.path));
+            roots.push(entry.name.clone());
         }
     }
-    let by_path: BTreeMap<&str, &Vec<String>> = deps.values().map(|(p, d)| (p.as_str(), d)).collect();
-    while let Some(path) = roots.pop() {
-        if sel.files.insert(path.clone())
-            && let Some(d) = by_path.get(path.as_str())
-        {
-            roots.extend(d.iter().cloned());
-        }
-    }
+    let closure = index.closure(&roots).map_err(|e| KernelError::Tree { path: dir.clone(), message: e.to_string() })?;
+    sel.files = closure.iter().map(|e| e.path.to_string_lossy().into_owned()).collect();
     Ok(sel)
-}
-
-/// fnmatch-style matching of a modules.alias pattern (`*`, `?`, `[...]`) against a modalias.
-pub fn glob(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() {
-            match p[pi] {
-                '*' => {
-                    star = Some((pi, ti));
-                    pi += 1;
-                    continue;
-                }
-                '?' => {
-                    pi += 1;
-                    ti += 1;
-                    continue;
-                }
-                '[' => {
-                    if let Some((matched, next)) = class(&p, pi, t[ti])
-                        && matched
-                    {
-                        pi = next;
-                        ti += 1;
-                        continue;
-                    }
-                }
-                c if c == t[ti] => {
-                    pi += 1;
-                    ti += 1;
-                    continue;
-                }
-                _ => {}
-            }
-        }
-        match star {
-            Some((sp, st)) => {
-                pi = sp + 1;
-                ti = st + 1;
-                star = Some((sp, st + 1));
-            }
-            None => return false,
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
-}
-
-/// Matches `c` against the bracket expression starting at `p[start] == '['`; returns whether it
-/// matched and the index after `]`, or None if the bracket is not closed.
-fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
-    let mut i = start + 1;
-    let negate = matches!(p.get(i), Some('!') | Some('^'));
-    if negate {
-        i += 1;
-    }
-    let mut matched = false;
-    let mut first = true;
-    while i < p.len() && (first || p[i] != ']') {
-        first = false;
-        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
-            matched |= p[i] <= c && c <= p[i + 2];
-            i += 3;
-        } else {
-            matched |= p[i] == c;
-            i += 1;
-        }
-    }
-    (i < p.len()).then_some((matched != negate, i + 1))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::imager::profile::Modules;
-
-    #[test]
-    fn glob_table() {
-        let cases = [
-            ("pci:v00001AF4d*sv*sd*bc*sc*i*", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00", true),
-            ("pci:v00008086d*", "pci:v00001AF4d00001000", false),
-            ("acpi*:PNP0C0C:*", "acpi:PNP0C0C:", true),
-            ("input:b*v*p*e*-e*k*r*a*m*l*s*f*w*", "input:b0019v0000p0001e0000-e0,1,k74,ramlsfw", true),
-            ("virtio:d00000001v*", "virtio:d00000002v00001AF4", false),
-            ("a[0-9]b", "a5b", true),
-            ("a[!0-9]b", "a5b", false),
-            ("a?c", "abc", true),
-            ("abc", "abcd", false),
-            ("*", "", true),
-        ];
-        for (p, t, want) in cases {
-            assert_eq!(glob(p, t), want, "{p} vs {t}");
-        }
-    }
 
     const DEP: &str = "\
 kernel/fs/xfs/xfs.ko: kernel/lib/libcrc32c.ko

@@ -512,6 +512,13 @@ alias net-pf-99 not_in_this_image
             ("pci:v00001AF4d*sv*sd*bc*sc*i*", "pci:v00008086d00001000sv00001AF4sd00000001bc02sc00i00", false),
             ("virtio:d0000000[2-3]v*", "virtio:d00000002v00001AF4", true),
             ("virtio:d0000000[2-3]v*", "virtio:d00000004v00001AF4", false),
+            ("pci:v00008086d*", "pci:v00001AF4d00001000", false),
+            ("acpi*:PNP0C0C:*", "acpi:PNP0C0C:", true),
+            ("input:b*v*p*e*-e*k*r*a*m*l*s*f*w*", "input:b0019v0000p0001e0000-e0,1,k74,ramlsfw", true),
+            ("virtio:d00000001v*", "virtio:d00000002v00001AF4", false),
+            ("a[0-9]b", "a5b", true),
+            ("a[!0-9]b", "a5b", false),
+            ("abc", "abcd", false),
             (
                 "cpu:type:x86,ven*fam*mod*:feature:*0081*",
                 "cpu:type:x86,ven0000fam0006mod003D:feature:,0000,0081,00C0",
