@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use talosbox::controllers::generic_merge::{GenericMergeController, Mergeable};
+use talosbox::controllers::generic_transform::TransformController;
 use talosbox::cosi::{
-    Context, Controller, Event, InMemoryState, Input, Output, ReconcileError, Resource, ResourceDefinition,
-    ResourceSpec, Runtime, Sensitivity, State,
+    Controller, Event, InMemoryState, Registry, Resource, ResourceDefinition, ResourceSpec, Runtime, Sensitivity, State,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +40,7 @@ static ALLOCATOR: Counting = Counting;
 
 macro_rules! spec_type {
     ($name:ident, $type_name:literal, $ns:literal { $($field:ident: $ty:ty),* }) => {
-        #[derive(Debug, Clone, PartialEq, Serialize)]
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         struct $name { $($field: $ty),* }
         impl ResourceSpec for $name {
             const DEFINITION: ResourceDefinition = ResourceDefinition {
@@ -60,8 +60,6 @@ spec_type!(BenchStatus, "BenchStatuses.bench.talos.dev", "bench-out" { value: u6
 
 impl Mergeable for BenchSpec {
     type Layer = u8;
-    const CANDIDATE_NAMESPACE: &'static str = "bench-config";
-    const MERGED_NAMESPACE: &'static str = "bench";
 
     fn layer(&self) -> u8 {
         self.layer
@@ -72,76 +70,24 @@ impl Mergeable for BenchSpec {
     }
 }
 
-/// Stage 1: each input becomes a layered candidate.
-struct BenchConfigController;
-
-#[async_trait::async_trait]
-impl Controller for BenchConfigController {
-    fn name(&self) -> String {
-        "BenchConfigController".into()
-    }
-    fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<BenchInput>("bench-in")]
-    }
-    fn outputs(&self) -> Vec<Output> {
-        vec![Output::shared::<BenchSpec>()]
-    }
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let ids: Vec<String> = if ctx.is_full() {
-            ctx.list::<BenchInput>("bench-in")?.iter().map(|r| r.id().to_string()).collect()
-        } else {
-            ctx.skip_cleanup();
-            ctx.changed().map(|(_, _, id)| id.clone()).collect()
-        };
-        for id in ids {
-            let candidate = format!("machine/{id}");
-            match ctx.get::<BenchInput>("bench-in", &id)? {
-                Some(input) => {
-                    let spec = BenchSpec { key: id.clone(), layer: 4, value: input.spec().value };
-                    ctx.apply("bench-config", &candidate, spec)?;
-                }
-                None => {
-                    ctx.remove::<BenchSpec>("bench-config", &candidate)?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Stage 3: each merged spec is "applied" and reported as a status.
-struct BenchStatusController;
-
-#[async_trait::async_trait]
-impl Controller for BenchStatusController {
-    fn name(&self) -> String {
-        "BenchStatusController".into()
-    }
-    fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<BenchSpec>("bench")]
-    }
-    fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<BenchStatus>()]
-    }
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let ids: Vec<String> = if ctx.is_full() {
-            ctx.list::<BenchSpec>("bench")?.iter().map(|r| r.id().to_string()).collect()
-        } else {
-            ctx.skip_cleanup();
-            ctx.changed().map(|(_, _, id)| id.clone()).collect()
-        };
-        for id in ids {
-            match ctx.get::<BenchSpec>("bench", &id)? {
-                Some(spec) => {
-                    ctx.apply("bench-out", &id, BenchStatus { value: spec.spec().value })?;
-                }
-                None => {
-                    ctx.remove::<BenchStatus>("bench-out", &id)?;
-                }
-            }
-        }
-        Ok(())
-    }
+/// Stage 1: each input becomes a layered candidate; stage 3: each merged spec is "applied"
+/// and reported as a status. Both are transform instances.
+fn stages() -> (TransformController<BenchInput, BenchSpec>, TransformController<BenchSpec, BenchStatus>) {
+    let config = TransformController::new(
+        "BenchConfigController",
+        "bench-in",
+        "bench-config",
+        |_, input: &Resource<BenchInput>| {
+            Ok(Some(BenchSpec { key: input.id().to_string(), layer: 4, value: input.spec().value }))
+        },
+    )
+    .with_output_id(|id| format!("machine/{id}"))
+    .with_shared_output();
+    let status =
+        TransformController::new("BenchStatusController", "bench", "bench-out", |_, spec: &Resource<BenchSpec>| {
+            Ok(Some(BenchStatus { value: spec.spec().value }))
+        });
+    (config, status)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -187,10 +133,23 @@ async fn fanout(watchers: usize, updates: u64) -> (Duration, f64) {
 async fn chain(resources: u64, samples: u64) -> (Duration, Duration, Duration) {
     // Room for the initial burst, which the bench reads while the controllers write it.
     let state = State::new(Arc::new(InMemoryState::with_history(4 * resources as usize)));
-    let mut runtime = Runtime::new(state.clone());
-    runtime.register(BenchConfigController).expect("register");
-    runtime.register(GenericMergeController::<BenchSpec>::new()).expect("register");
-    runtime.register(BenchStatusController).expect("register");
+    let (config, status) = stages();
+    let controllers: Vec<Box<dyn Controller>> = vec![
+        Box::new(config),
+        Box::new(GenericMergeController::<BenchSpec>::new("bench-config", "bench")),
+        Box::new(status),
+    ];
+    let mut registry = Registry::new();
+    for ns in ["bench-in", "bench-config", "bench", "bench-out"] {
+        registry.add_namespace(ns, "").expect("namespace");
+    }
+    registry.register::<BenchInput>().expect("type");
+    registry.register::<BenchSpec>().expect("type");
+    registry.register::<BenchStatus>().expect("type");
+    let mut runtime = Runtime::new(state.clone(), Arc::new(registry));
+    for c in controllers {
+        runtime.register_boxed(c).expect("register");
+    }
     let cancel = CancellationToken::new();
     let task = tokio::spawn(runtime.run(cancel.clone()));
 

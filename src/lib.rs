@@ -8,6 +8,7 @@ pub mod hosttools;
 pub mod imager;
 pub mod kernel;
 pub mod machined;
+pub mod panic;
 pub mod provision;
 pub mod resources;
 pub mod services;

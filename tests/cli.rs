@@ -81,3 +81,17 @@ fn install_links_makes_working_symlinks() {
     assert_eq!(missing.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn machined_prints_the_controller_graph_of_each_mode() {
+    for set in ["node", "container"] {
+        let out = Command::new(bin()).args(["machined", "--dependency-graph", set]).output().unwrap();
+        assert!(out.status.success(), "{set}: {}", text(&out));
+        let dot = String::from_utf8_lossy(&out.stdout);
+        assert!(dot.starts_with("digraph controllers {"), "{set}: {dot}");
+        for controller in ["KernelCmdlineController", "MachineStatusController", "ServiceController"] {
+            assert!(dot.contains(&format!("\"{controller}\" [shape=box]")), "{set}: {controller} missing from {dot}");
+        }
+        assert!(dot.contains("\"MachineStatuses.runtime.talos.dev\" [shape=ellipse]"), "{dot}");
+    }
+}

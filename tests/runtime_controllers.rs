@@ -56,7 +56,7 @@ async fn cmdline_and_version_are_published() {
 
 #[tokio::test]
 async fn real_proc_cmdline_is_read() {
-    let h = Harness::start(vec![Box::new(KernelCmdlineController::new())]).unwrap();
+    let h = Harness::start(vec![Box::new(KernelCmdlineController::from_path("/proc/cmdline"))]).unwrap();
     let want = std::fs::read_to_string("/proc/cmdline").unwrap().trim().to_string();
     h.assert_spec(NAMESPACE, KernelCmdline::ID, &KernelCmdline { cmdline: want }).await;
     h.stop().await;

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use talosbox::resources::runtime::ServiceState;
-use talosbox::services::{Program, ReapMode, Reaper, RestartPolicy, ServiceDefinition, ServiceEvent, Supervisor};
+use talosbox::services::{
+    Backoff, Program, ReapMode, Reaper, RestartPolicy, ServiceDefinition, ServiceEvent, Supervisor,
+};
 use tokio_util::sync::CancellationToken;
 
 type Events = Arc<Mutex<Vec<(Instant, ServiceEvent)>>>;
@@ -70,8 +72,7 @@ fn logs(rig: &Rig, name: &str) -> Vec<String> {
 async fn exiting_service_is_restarted_with_growing_back_off() {
     let rig = rig(Duration::from_secs(5));
     let policy = RestartPolicy {
-        initial: Duration::from_millis(100),
-        max: Duration::from_millis(400),
+        backoff: Backoff { initial: Duration::from_millis(100), max: Duration::from_millis(400) },
         reset_after: Duration::from_secs(60),
     };
     rig.supervisor.start(shell("flaky", "echo run $$; exit 3", policy, 4096)).unwrap();
@@ -210,8 +211,7 @@ async fn a_service_that_cannot_start_fails_and_is_retried() {
         uid: None,
         gid: None,
         restart: RestartPolicy {
-            initial: Duration::from_millis(50),
-            max: Duration::from_millis(50),
+            backoff: Backoff { initial: Duration::from_millis(50), max: Duration::from_millis(50) },
             reset_after: Duration::from_secs(60),
         },
         log_capacity: 1024,

@@ -8,12 +8,12 @@
 
 use std::convert::Infallible;
 use std::ffi::OsString;
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::kernel::{self, loopdev, modules, mount};
+use crate::kernel::console::{self, uptime};
+use crate::kernel::{loopdev, modules, mount};
 
 const ROOTFS_IMAGE: &str = "/rootfs.sqsh";
 const NEW_ROOT: &str = "/newroot";
@@ -27,7 +27,7 @@ enum InitError {
     #[error(transparent)]
     EarlyMount(mount::MountError),
     #[error(transparent)]
-    Console(kernel::ConsoleError),
+    Console(console::ConsoleError),
     #[error(transparent)]
     Modules(modules::ModuleError),
     #[error(transparent)]
@@ -73,28 +73,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let error = match std::panic::catch_unwind(move || boot(args)) {
         Ok(Ok(never)) => match never {},
         Ok(Err(e)) => e,
-        Err(payload) => InitError::Panic(panic_text(payload.as_ref())),
+        Err(payload) => InitError::Panic(crate::panic::message(payload.as_ref())),
     };
     fail(&error)
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "panicked".to_string())
-}
-
 /// Writes one console line; a console that cannot be written must not stop the boot.
 fn say(line: std::fmt::Arguments<'_>) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "[talosbox] {line}");
-    let _ = out.flush();
-}
-
-fn uptime() -> String {
-    kernel::uptime_secs().map(|s| format!("{s:.2}")).unwrap_or_else(|_| "?".to_string())
+    console::line(&line.to_string());
 }
 
 fn boot(args: Vec<OsString>) -> Result<Infallible, InitError> {
@@ -140,7 +126,7 @@ fn boot(args: Vec<OsString>) -> Result<Infallible, InitError> {
 fn early_mounts() -> Result<(), InitError> {
     let dev = PathBuf::from("/dev");
     mount_once(&mount::devtmpfs(&dev))?;
-    kernel::attach_console(&dev.join("console")).map_err(InitError::Console)?;
+    console::attach_console(&dev.join("console")).map_err(InitError::Console)?;
     mount_once(&mount::proc(Path::new("/proc")))?;
     mount_once(&mount::sysfs(Path::new("/sys")))?;
     mount_once(&mount::tmpfs(Path::new("/run"), c"mode=0755"))
@@ -199,7 +185,7 @@ fn run_machined(args: Vec<OsString>) -> InitError {
 /// Prints the failure, syncs and powers off. Never returns: if power-off itself fails there is
 /// nothing better to do than wait, since exiting would panic the kernel.
 fn fail(error: &InitError) -> ! {
-    say(format_args!("init: FAILED: {}: {error}", error.step()));
+    say(format_args!("{}: {}: {error}", console::INIT_FAILED, error.step()));
     rustix::fs::sync();
     if let Err(e) = rustix::system::reboot(rustix::system::RebootCommand::PowerOff) {
         say(format_args!("init: power off failed: {e}; halting here"));

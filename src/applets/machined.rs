@@ -12,6 +12,7 @@ use clap::Parser;
 
 use crate::kernel::power::PowerAction;
 use crate::machined::{self, Mode};
+use crate::services::{ServiceDefinition, image_services};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum ModeFlag {
@@ -23,23 +24,61 @@ enum ModeFlag {
 #[derive(Debug, Parser)]
 #[command(name = "machined")]
 struct Args {
-    #[arg(long, value_enum)]
-    mode: ModeFlag,
-    /// Directory for the pid file and `config.yaml` (its presence means "configured").
-    #[arg(long)]
-    state_dir: PathBuf,
+    #[arg(long, value_enum, required_unless_present = "dependency_graph")]
+    mode: Option<ModeFlag>,
+    /// Directory for the pid file, `config.yaml` (its presence means "configured") and an
+    /// optional `cmdline` (this node's kernel command line).
+    #[arg(long, required_unless_present = "dependency_graph")]
+    state_dir: Option<PathBuf>,
+    /// Print the controller dependency graph of a node or of container mode (Graphviz DOT)
+    /// and exit.
+    #[arg(long, value_enum, value_name = "SET")]
+    dependency_graph: Option<GraphSet>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum GraphSet {
+    Node,
+    Container,
+}
+
+/// The node services whose applets this build has.
+fn services() -> Vec<ServiceDefinition> {
+    image_services(super::is_built)
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
     if std::process::id() == 1 {
-        return machined::run(Mode::Node);
+        return machined::run(Mode::Node, services());
     }
-    match Args::try_parse_from(args) {
-        Ok(Args { mode: ModeFlag::Container, state_dir }) => machined::run(Mode::Container { state_dir }),
+    let Args { mode, state_dir, dependency_graph } = match Args::try_parse_from(args) {
+        Ok(a) => a,
         Err(e) => {
             let _ = e.print();
-            ExitCode::from(2)
+            return ExitCode::from(2);
         }
+    };
+    let container = |state_dir: Option<PathBuf>| Mode::Container { state_dir: state_dir.unwrap_or_default() };
+    if let Some(set) = dependency_graph {
+        let mode = match set {
+            GraphSet::Node => Mode::Node,
+            GraphSet::Container => container(state_dir),
+        };
+        return match machined::dependency_graph(&mode) {
+            Ok(dot) => {
+                print!("{dot}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("machined: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match (mode, state_dir) {
+        (Some(ModeFlag::Container), Some(state_dir)) => machined::run(Mode::Container { state_dir }, services()),
+        // clap requires both unless the graph was asked for.
+        _ => ExitCode::from(2),
     }
 }
 

@@ -3,21 +3,31 @@
 //! route, link, hostname, resolver, time server …) is an instance of it.
 //!
 //! The merge itself is the pure function [`merge`]; the controller only keeps an index of
-//! which candidates feed which key, so a change re-merges just the keys it touches.
+//! which candidates feed which key, so a change re-merges just the keys it touches. An
+//! instance is a spec that says its layer and key:
+//!
+//! ```ignore
+//! impl Mergeable for AddressSpec {
+//!     type Layer = ConfigLayer;
+//!     fn layer(&self) -> ConfigLayer {
+//!         self.config_layer
+//!     }
+//!     fn merge_id(&self) -> String {
+//!         format!("{}/{}", self.link_name, self.address)
+//!     }
+//! }
+//! // registered as GenericMergeController::<AddressSpec>::new("network-config", "network")
+//! ```
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Debug;
 use std::marker::PhantomData;
 
-use crate::cosi::{Context, Controller, Input, Output, Phase, ReconcileError, Resource, ResourceSpec};
+use crate::cosi::{Context, Controller, Input, Output, Pointer, ReconcileError, Resource, ResourceSpec};
 
 /// A spec that arrives as layered candidates and is merged per key.
 pub trait Mergeable: ResourceSpec {
     type Layer: Ord + Copy + Debug + Send + Sync;
-    /// Where candidates live (`network-config`).
-    const CANDIDATE_NAMESPACE: &'static str;
-    /// Where merged resources go (`network`).
-    const MERGED_NAMESPACE: &'static str;
 
     fn layer(&self) -> Self::Layer;
     /// The id of the merged resource this candidate competes for.
@@ -60,30 +70,27 @@ pub fn controller_name(type_name: &str) -> String {
 }
 
 pub struct GenericMergeController<T: Mergeable> {
+    /// Where candidates live (`network-config`).
+    candidates: String,
+    /// Where merged resources go (`network`).
+    merged: String,
     /// candidate id → the key it feeds.
     key_of: HashMap<String, String>,
     /// key → the candidates feeding it.
     members: HashMap<String, BTreeSet<String>>,
-    /// Keys whose merged resource is waiting for holders to release it (to be destroyed, or
-    /// to be re-created); retried on every reconcile.
-    held: BTreeSet<String>,
     _spec: PhantomData<fn() -> T>,
 }
 
-impl<T: Mergeable> Default for GenericMergeController<T> {
-    fn default() -> Self {
+impl<T: Mergeable> GenericMergeController<T> {
+    /// Merges the candidates in namespace `candidates` into namespace `merged`.
+    pub fn new(candidates: impl Into<String>, merged: impl Into<String>) -> Self {
         GenericMergeController {
+            candidates: candidates.into(),
+            merged: merged.into(),
             key_of: HashMap::new(),
             members: HashMap::new(),
-            held: BTreeSet::new(),
             _spec: PhantomData,
         }
-    }
-}
-
-impl<T: Mergeable> GenericMergeController<T> {
-    pub fn new() -> Self {
-        Self::default()
     }
 
     fn unindex(&mut self, id: &str) -> Option<String> {
@@ -102,52 +109,36 @@ impl<T: Mergeable> GenericMergeController<T> {
         self.key_of.insert(id.to_string(), key);
     }
 
+    /// Rebuilds the index from every candidate and applies every key; the rest of this
+    /// controller's outputs are removed (held ones once released).
     fn full(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let candidates: Vec<Resource<T>> = ctx
-            .list::<T>(T::CANDIDATE_NAMESPACE)?
-            .into_iter()
-            .filter(|r| r.metadata().phase == Phase::Running)
-            .collect();
+        let candidates: Vec<Resource<T>> =
+            ctx.list::<T>(&self.candidates)?.into_iter().filter(|r| r.is_running()).collect();
         self.key_of.clear();
         self.members.clear();
         for c in &candidates {
             self.index(c.id(), c.spec().merge_id());
         }
-        let merged = merge(candidates.iter().map(|r| (r.id(), r.spec())));
-        self.held.clear();
-        for (key, spec) in merged {
-            self.apply(ctx, &key, spec)?;
+        ctx.start_tracking_outputs();
+        for (key, spec) in merge(candidates.iter().map(|r| (r.id(), r.spec()))) {
+            ctx.apply(&self.merged, &key, spec)?;
         }
-        // Outputs not applied above are cleaned up by the runtime.
+        ctx.cleanup_outputs()?;
         Ok(())
     }
 
     fn remerge(&mut self, ctx: &mut Context, key: &str) -> Result<(), ReconcileError> {
         let mut candidates = Vec::new();
         for id in self.members.get(key).into_iter().flatten() {
-            if let Some(r) = ctx.get::<T>(T::CANDIDATE_NAMESPACE, id)? {
+            if let Some(r) = ctx.get::<T>(&self.candidates, id)? {
                 candidates.push(r);
             }
         }
         match merge(candidates.iter().map(|r| (r.id(), r.spec()))).remove(key) {
-            Some(spec) => self.apply(ctx, key, spec)?,
-            None => {
-                if ctx.remove::<T>(T::MERGED_NAMESPACE, key)? {
-                    self.held.remove(key);
-                } else {
-                    self.held.insert(key.to_string());
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Applies a merged spec, remembering the key if its old resource is still held.
-    fn apply(&mut self, ctx: &mut Context, key: &str, spec: T) -> Result<(), ReconcileError> {
-        if ctx.apply(T::MERGED_NAMESPACE, key, spec)?.metadata().phase == Phase::TearingDown {
-            self.held.insert(key.to_string());
-        } else {
-            self.held.remove(key);
+            // Still held from an earlier removal, the old resource stays until released; the
+            // runtime then destroys it and hands the key back here to create it anew.
+            Some(spec) => drop(ctx.apply(&self.merged, key, spec)?),
+            None => drop(ctx.remove::<T>(&self.merged, key)?),
         }
         Ok(())
     }
@@ -160,7 +151,7 @@ impl<T: Mergeable> Controller for GenericMergeController<T> {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<T>(T::CANDIDATE_NAMESPACE)]
+        vec![Input::weak::<T>(self.candidates.clone())]
     }
 
     fn outputs(&self) -> Vec<Output> {
@@ -171,17 +162,21 @@ impl<T: Mergeable> Controller for GenericMergeController<T> {
         if ctx.is_full() {
             return self.full(ctx);
         }
-        ctx.skip_cleanup();
-        let changed: Vec<String> = ctx.changed().map(|(_, _, id)| id.clone()).collect();
-        let mut dirty: BTreeSet<String> = std::mem::take(&mut self.held);
-        for id in changed {
-            dirty.extend(self.unindex(&id));
-            if let Some(r) = ctx.get::<T>(T::CANDIDATE_NAMESPACE, &id)?
-                && r.metadata().phase == Phase::Running
+        let changed: Vec<Pointer> = ctx.changed().cloned().collect();
+        let mut dirty = BTreeSet::new();
+        for p in changed {
+            if p.is::<T>(&self.merged) {
+                // An output the runtime destroyed after its holders let go.
+                dirty.insert(p.id);
+                continue;
+            }
+            dirty.extend(self.unindex(&p.id));
+            if let Some(r) = ctx.get::<T>(&self.candidates, &p.id)?
+                && r.is_running()
             {
                 let key = r.spec().merge_id();
                 dirty.insert(key.clone());
-                self.index(&id, key);
+                self.index(&p.id, key);
             }
         }
         for key in dirty {
@@ -194,10 +189,10 @@ impl<T: Mergeable> Controller for GenericMergeController<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cosi::{Harness, PrintColumn, ResourceDefinition, Sensitivity};
-    use serde::Serialize;
+    use crate::cosi::{Harness, Phase, PrintColumn, ResourceDefinition, Sensitivity};
+    use serde::{Deserialize, Serialize};
 
-    #[derive(Debug, Clone, PartialEq, Serialize)]
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
     struct HostSpec {
         key: String,
         layer: u8,
@@ -209,15 +204,13 @@ mod tests {
             type_name: "HostSpecs.test.talos.dev",
             aliases: &[],
             default_namespace: "test-config",
-            print_columns: &[PrintColumn { name: "Value", path: "value" }],
+            print_columns: &[PrintColumn { name: "Value", json_path: "{.value}" }],
             sensitivity: Sensitivity::NonSensitive,
         };
     }
 
     impl Mergeable for HostSpec {
         type Layer = u8;
-        const CANDIDATE_NAMESPACE: &'static str = "test-config";
-        const MERGED_NAMESPACE: &'static str = "test";
 
         fn layer(&self) -> u8 {
             self.layer
@@ -270,7 +263,8 @@ mod tests {
     }
 
     fn harness() -> Harness {
-        Harness::start(vec![Box::new(GenericMergeController::<HostSpec>::new())]).expect("register")
+        Harness::start(vec![Box::new(GenericMergeController::<HostSpec>::new("test-config", "test"))])
+            .expect("register")
     }
 
     #[tokio::test]
@@ -342,7 +336,9 @@ mod tests {
         let state = crate::cosi::State::in_memory();
         state.create(Resource::new("test-config", "1/a", spec("a", 1, "one")), "").unwrap();
         state.create(Resource::new("test-config", "3/a", spec("a", 3, "three")), "").unwrap();
-        let h = Harness::start_on(state, vec![Box::new(GenericMergeController::<HostSpec>::new())]).unwrap();
+        let h =
+            Harness::start_on(state, vec![Box::new(GenericMergeController::<HostSpec>::new("test-config", "test"))])
+                .unwrap();
         h.assert_spec("test", "a", &spec("a", 3, "three")).await;
         h.stop().await;
     }

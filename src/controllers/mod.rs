@@ -1,4 +1,109 @@
-//! Controllers: one per file, each reconciling resources through the runtime context.
+//! Controllers: one per file, each reconciling resources through the runtime context, and
+//! [`register_all`], the one place that decides which run where.
+//!
+//! On a node every controller runs. In `--mode container` (several nodes as processes on one
+//! host) nothing that touches the host — its links, hostname, `/etc` files, port 53, disks —
+//! may run: those controllers are [`Scope::NodeOnly`] and run only on a node, or in a network
+//! namespace a test hands them.
 
 pub mod generic_merge;
+pub mod generic_transform;
 pub mod runtime;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::cosi::{Controller, Runtime, RuntimeError};
+use crate::services::Supervisor;
+
+/// Which controllers a machined runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControllerSet {
+    /// PID 1 on a node: all of them.
+    Node,
+    /// A process on a shared host: none that touch the host.
+    Container,
+}
+
+/// Where a controller may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Anywhere,
+    /// Touches the host: links, hostname, `/etc`, port 53, disks.
+    NodeOnly,
+}
+
+/// What the controllers are built from.
+pub struct Environment {
+    pub set: ControllerSet,
+    pub supervisor: Arc<Supervisor>,
+    /// The kernel command line to read; `None`: there is none (container mode without one).
+    pub cmdline: Option<PathBuf>,
+    /// Where the machine configuration would be; `None`: nowhere yet.
+    pub config: Option<PathBuf>,
+}
+
+/// Every controller, with where it may run.
+pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
+    use runtime::*;
+    vec![
+        (Scope::Anywhere, Box::new(KernelCmdlineController::new(env.cmdline.clone())) as Box<dyn Controller>),
+        (Scope::Anywhere, Box::new(VersionController)),
+        (Scope::Anywhere, Box::new(MachineConfigFileController::new(env.config.clone()))),
+        (Scope::Anywhere, Box::new(MachineStatusController)),
+        (Scope::Anywhere, Box::new(ServiceController::new(Arc::clone(&env.supervisor)))),
+    ]
+}
+
+/// The controllers of `env.set`.
+pub fn for_set(env: &Environment) -> Vec<Box<dyn Controller>> {
+    all(env)
+        .into_iter()
+        .filter(|(scope, _)| env.set == ControllerSet::Node || *scope == Scope::Anywhere)
+        .map(|(_, c)| c)
+        .collect()
+}
+
+/// Registers the controllers of `env.set` with `runtime`.
+pub fn register_all(runtime: &mut Runtime, env: &Environment) -> Result<(), RuntimeError> {
+    for controller in for_set(env) {
+        runtime.register_boxed(controller)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::{ReapMode, Reaper};
+
+    fn env(set: ControllerSet) -> Environment {
+        let supervisor = Supervisor::new(Reaper::new(ReapMode::Own), "/bin/true".into(), Default::default(), |_| {});
+        Environment { set, supervisor, cmdline: None, config: None }
+    }
+
+    #[test]
+    fn container_mode_runs_nothing_that_touches_the_host() {
+        let names = |cs: Vec<Box<dyn Controller>>| cs.iter().map(|c| c.name()).collect::<Vec<_>>();
+        let node = names(for_set(&env(ControllerSet::Node)));
+        let container = names(for_set(&env(ControllerSet::Container)));
+        let everything: Vec<(Scope, String)> =
+            all(&env(ControllerSet::Node)).into_iter().map(|(s, c)| (s, c.name())).collect();
+        assert_eq!(node, everything.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(), "a node runs everything");
+        let anywhere: Vec<String> =
+            everything.iter().filter(|(s, _)| *s == Scope::Anywhere).map(|(_, n)| n.clone()).collect();
+        assert_eq!(container, anywhere, "container mode runs only what may run anywhere");
+        for name in ["KernelCmdlineController", "MachineStatusController", "ServiceController"] {
+            assert!(node.iter().any(|n| n == name), "{name} missing");
+        }
+    }
+
+    #[test]
+    fn every_controller_registers_against_the_node_registry() {
+        let registry = std::sync::Arc::new(crate::resources::registry().unwrap());
+        for set in [ControllerSet::Node, ControllerSet::Container] {
+            let mut runtime = Runtime::new(crate::cosi::State::in_memory(), registry.clone());
+            register_all(&mut runtime, &env(set)).unwrap();
+        }
+    }
+}

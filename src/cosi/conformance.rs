@@ -7,18 +7,17 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::resource::{
-    AnyResource, LabelQuery, LabelTerm, Phase, PrintColumn, ResourceDefinition, ResourceSpec, Sensitivity,
-};
+use super::query::{IdQuery, LabelQuery, LabelTerm, ListOptions, WatchOptions};
+use super::resource::{AnyResource, Phase, PrintColumn, ResourceDefinition, ResourceSpec, Sensitivity};
 use super::state::{Event, StateBackend, StateError, Watch, WatchError};
 
 pub type Factory = dyn Fn(usize) -> Arc<dyn StateBackend> + Sync;
 pub type CheckResult = Result<(), String>;
 
 /// The spec the suite writes.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sample {
     pub value: u64,
 }
@@ -28,7 +27,7 @@ impl ResourceSpec for Sample {
         type_name: "Samples.conformance.talos.dev",
         aliases: &[],
         default_namespace: "conformance",
-        print_columns: &[PrintColumn { name: "Value", path: "value" }],
+        print_columns: &[PrintColumn { name: "Value", json_path: "{.value}" }],
         sensitivity: Sensitivity::NonSensitive,
     };
 }
@@ -140,8 +139,8 @@ pub async fn finalizers_block_destroy(factory: &Factory) -> CheckResult {
     Ok(())
 }
 
-/// Teardown moves to the tearing-down phase once, refuses updates and new finalizers, and
-/// lets holders release theirs.
+/// Teardown moves to the tearing-down phase once and refuses updates; finalizers can be added
+/// and released in any phase.
 pub async fn teardown(factory: &Factory) -> CheckResult {
     let s = factory(64);
     s.create(sample("a", 1), "owner").map_err(|e| e.to_string())?;
@@ -151,13 +150,17 @@ pub async fn teardown(factory: &Factory) -> CheckResult {
     ensure!(down.metadata.version == 3, "teardown version is {}", down.metadata.version);
     let again = s.teardown(NS, TY, "a", "owner").map_err(|e| e.to_string())?;
     ensure!(again.metadata.version == 3, "second teardown bumped the version");
-    expect_err("finalizer during teardown", s.add_finalizer(NS, TY, "a", "late"), |e| {
+    let late = s.add_finalizer(NS, TY, "a", "late").map_err(|e| format!("finalizer during teardown: {e}"))?;
+    ensure!(late.metadata.finalizers.contains("late"), "late finalizer missing: {:?}", late.metadata.finalizers);
+    ensure!(late.metadata.phase == Phase::TearingDown, "adding a finalizer changed the phase");
+    expect_err("update during teardown", s.update(sample("a", 9), 4, "owner"), |e| {
         matches!(e, StateError::PhaseConflict { .. })
     })?;
-    expect_err("update during teardown", s.update(sample("a", 9), 3, "owner"), |e| {
-        matches!(e, StateError::PhaseConflict { .. })
+    s.remove_finalizer(NS, TY, "a", "holder").map_err(|e| e.to_string())?;
+    expect_err("destroy while the late holder holds", s.destroy(NS, TY, "a", "owner"), |e| {
+        matches!(e, StateError::PendingFinalizers { .. })
     })?;
-    let released = s.remove_finalizer(NS, TY, "a", "holder").map_err(|e| e.to_string())?;
+    let released = s.remove_finalizer(NS, TY, "a", "late").map_err(|e| e.to_string())?;
     ensure!(released.metadata.finalizers.is_empty(), "finalizer still there");
     s.destroy(NS, TY, "a", "owner").map_err(|e| e.to_string())?;
     Ok(())
@@ -171,18 +174,21 @@ pub async fn label_queries(factory: &Factory) -> CheckResult {
         r.metadata.labels = BTreeMap::from([("zone".to_string(), zone.to_string())]);
         s.create(r, "owner").map_err(|e| e.to_string())?;
     }
-    let east = LabelQuery::all().with(LabelTerm::Equal("zone".into(), "east".into()));
+    let east = ListOptions { labels: LabelQuery::all().with(LabelTerm::equal("zone", "east")), ..Default::default() };
     let ids: Vec<String> = s.list(NS, TY, &east).iter().map(|r| r.metadata.id.clone()).collect();
     ensure!(ids == ["a", "c"], "east lists {ids:?}");
-    ensure!(s.list(NS, TY, &LabelQuery::all()).len() == 3, "unfiltered list is short");
-    ensure!(s.list("elsewhere", TY, &LabelQuery::all()).is_empty(), "another namespace is not empty");
+    let not_b = ListOptions { ids: IdQuery::regex("^[ac]$").map_err(|e| e.to_string())?, ..Default::default() };
+    let ids: Vec<String> = s.list(NS, TY, &not_b).iter().map(|r| r.metadata.id.clone()).collect();
+    ensure!(ids == ["a", "c"], "id query lists {ids:?}");
+    ensure!(s.list(NS, TY, &ListOptions::default()).len() == 3, "unfiltered list is short");
+    ensure!(s.list("elsewhere", TY, &ListOptions::default()).is_empty(), "another namespace is not empty");
     Ok(())
 }
 
 /// A kind watch delivers every change in the order it happened.
 pub async fn watch_ordering(factory: &Factory) -> CheckResult {
     let s = factory(64);
-    let mut w = s.watch_kind(NS, TY);
+    let mut w = s.watch_kind(NS, TY, &WatchOptions::default());
     s.create(sample("a", 1), "o").map_err(|e| e.to_string())?;
     s.create(sample("b", 1), "o").map_err(|e| e.to_string())?;
     s.update(sample("a", 2), 1, "o").map_err(|e| e.to_string())?;
@@ -201,7 +207,7 @@ pub async fn bootstrapped_snapshot(factory: &Factory) -> CheckResult {
     for id in ["c", "a", "b"] {
         s.create(sample(id, 7), "o").map_err(|e| e.to_string())?;
     }
-    let mut w = s.watch_kind(NS, TY);
+    let mut w = s.watch_kind(NS, TY, &WatchOptions::default());
     s.update(sample("a", 8), 1, "o").map_err(|e| e.to_string())?;
     let got = next_events(&mut w, 5).await?;
     let want = ["created a v1 = 7", "created b v1 = 7", "created c v1 = 7", "bootstrapped", "updated a v2 = 8"];
@@ -225,19 +231,106 @@ pub async fn watch_one(factory: &Factory) -> CheckResult {
     Ok(())
 }
 
-/// A watcher that falls behind the bounded history gets an error, not unbounded memory.
+/// A watcher that falls behind the bounded history gets an error, not unbounded memory, and
+/// its watch is over: it does not go on with a gap.
 pub async fn slow_watcher_overrun(factory: &Factory) -> CheckResult {
     let s = factory(8);
-    let mut w = s.watch_kind(NS, TY);
+    let mut w = s.watch_kind(NS, TY, &WatchOptions::default());
     s.create(sample("a", 0), "o").map_err(|e| e.to_string())?;
     for v in 1..200 {
         s.update(sample("a", v), v, "o").map_err(|e| e.to_string())?;
     }
     ensure!(matches!(w.next().await, Ok(Event::Bootstrapped)), "no bootstrap marker");
     match w.next().await {
-        Err(WatchError::Overrun { missed }) if missed > 0 => Ok(()),
-        other => Err(format!("a watcher 200 events behind with history 8 got {:?}", other.map(|e| describe(&e)))),
+        Err(WatchError::Overrun { missed }) if missed > 0 => {}
+        other => {
+            return Err(format!("a watcher 200 events behind with history 8 got {:?}", other.map(|e| describe(&e))));
+        }
     }
+    s.update(sample("a", 999), 200, "o").map_err(|e| e.to_string())?;
+    for _ in 0..2 {
+        match w.next().await {
+            Err(WatchError::Overrun { .. }) => {}
+            other => return Err(format!("after an overrun the watch went on with {:?}", other.map(|e| describe(&e)))),
+        }
+    }
+    ensure!(matches!(w.try_next(), Some(Err(WatchError::Overrun { .. }))), "try_next after an overrun");
+    Ok(())
+}
+
+/// A watch of one id keeps its own history: writes to other ids never push it behind.
+pub async fn watch_one_not_overrun_by_others(factory: &Factory) -> CheckResult {
+    let s = factory(8);
+    s.create(sample("x", 0), "o").map_err(|e| e.to_string())?;
+    s.create(sample("y", 0), "o").map_err(|e| e.to_string())?;
+    let mut w = s.watch(NS, TY, "x");
+    for v in 1..100 {
+        s.update(sample("y", v), v, "o").map_err(|e| e.to_string())?;
+    }
+    s.update(sample("x", 5), 1, "o").map_err(|e| e.to_string())?;
+    let got = next_events(&mut w, 3).await?;
+    ensure!(got == ["created x v1 = 0", "bootstrapped", "updated x v2 = 5"], "x's watcher saw {got:?}");
+    Ok(())
+}
+
+/// A kind watch narrowed by labels and ids: the snapshot and the events are filtered; a
+/// resource that stops matching arrives as destroyed, one that starts matching as created.
+pub async fn watch_queries(factory: &Factory) -> CheckResult {
+    let s = factory(64);
+    let labeled = |id: &str, value: u64, zone: &str| {
+        let mut r = sample(id, value);
+        r.metadata.labels = BTreeMap::from([("zone".to_string(), zone.to_string())]);
+        r
+    };
+    s.create(labeled("a", 1, "east"), "o").map_err(|e| e.to_string())?;
+    s.create(labeled("b", 1, "west"), "o").map_err(|e| e.to_string())?;
+    let east = WatchOptions::default().with_labels(LabelQuery::all().with(LabelTerm::equal("zone", "east")));
+    let mut w = s.watch_kind(NS, TY, &east);
+    s.update(labeled("a", 2, "west"), 1, "o").map_err(|e| e.to_string())?;
+    s.update(labeled("b", 2, "east"), 1, "o").map_err(|e| e.to_string())?;
+    s.update(labeled("a", 3, "west"), 2, "o").map_err(|e| e.to_string())?;
+    s.update(labeled("b", 3, "east"), 2, "o").map_err(|e| e.to_string())?;
+    s.create(labeled("c", 1, "west"), "o").map_err(|e| e.to_string())?;
+    s.create(labeled("d", 1, "east"), "o").map_err(|e| e.to_string())?;
+    let got = next_events(&mut w, 6).await?;
+    let want =
+        ["created a v1 = 1", "bootstrapped", "destroyed a", "created b v2 = 2", "updated b v3 = 3", "created d v1 = 1"];
+    ensure!(got == want, "label watch saw {got:?}, want {want:?}");
+    ensure!(w.try_next().is_none(), "label watch has more events");
+
+    let ids = WatchOptions::default().with_ids(IdQuery::regex("^[bc]$").map_err(|e| e.to_string())?);
+    let mut w = s.watch_kind(NS, TY, &ids);
+    s.update(labeled("a", 4, "west"), 3, "o").map_err(|e| e.to_string())?;
+    s.update(labeled("c", 2, "west"), 1, "o").map_err(|e| e.to_string())?;
+    let got = next_events(&mut w, 4).await?;
+    let want = ["created b v3 = 3", "created c v1 = 1", "bootstrapped", "updated c v2 = 2"];
+    ensure!(got == want, "id watch saw {got:?}, want {want:?}");
+    Ok(())
+}
+
+/// A live watch starts with nothing; a tail watch replays the last events it still holds.
+pub async fn watch_tail_and_live(factory: &Factory) -> CheckResult {
+    let s = factory(4);
+    s.create(sample("a", 0), "o").map_err(|e| e.to_string())?;
+    for v in 1..=5 {
+        s.update(sample("a", v), v, "o").map_err(|e| e.to_string())?;
+    }
+    let mut live = s.watch_kind(NS, TY, &WatchOptions::live());
+    let mut tail = s.watch_kind(NS, TY, &WatchOptions::tail(2));
+    let mut long_tail = s.watch_kind(NS, TY, &WatchOptions::tail(100));
+    ensure!(live.try_next().is_none(), "a live watch started with an event");
+    s.update(sample("a", 6), 6, "o").map_err(|e| e.to_string())?;
+    let got = next_events(&mut live, 1).await?;
+    ensure!(got == ["updated a v7 = 6"], "live watch saw {got:?}");
+    let got = next_events(&mut tail, 3).await?;
+    ensure!(got == ["updated a v5 = 4", "updated a v6 = 5", "updated a v7 = 6"], "tail(2) saw {got:?}");
+    // As far back as the history goes, less a gap so the next write does not push it out.
+    let got = next_events(&mut long_tail, 4).await?;
+    ensure!(
+        got == ["updated a v4 = 3", "updated a v5 = 4", "updated a v6 = 5", "updated a v7 = 6"],
+        "tail(100) with history 4 saw {got:?}"
+    );
+    Ok(())
 }
 
 /// Concurrent writers: a watcher started mid-way sees, per id, its snapshot version followed
@@ -262,7 +355,7 @@ pub async fn concurrent_writers(factory: &Factory) -> CheckResult {
         }));
     }
     barrier.wait();
-    let mut watch = s.watch_kind(NS, TY);
+    let mut watch = s.watch_kind(NS, TY, &WatchOptions::default());
     let mut last: BTreeMap<String, u64> = BTreeMap::new();
     let mut bootstrapped = false;
     loop {
@@ -313,6 +406,9 @@ pub const CHECKS: &[&str] = &[
     "bootstrapped_snapshot",
     "watch_one",
     "slow_watcher_overrun",
+    "watch_one_not_overrun_by_others",
+    "watch_queries",
+    "watch_tail_and_live",
     "concurrent_writers",
 ];
 
@@ -322,7 +418,8 @@ macro_rules! state_conformance_tests {
     ($factory:expr) => {
         $crate::state_conformance_tests!(@each $factory;
             versions_and_conflicts owners_enforced finalizers_block_destroy teardown label_queries
-            watch_ordering bootstrapped_snapshot watch_one slow_watcher_overrun concurrent_writers);
+            watch_ordering bootstrapped_snapshot watch_one slow_watcher_overrun watch_one_not_overrun_by_others
+            watch_queries watch_tail_and_live concurrent_writers);
     };
     (@each $factory:expr; $($check:ident)+) => {
         $(

@@ -2,16 +2,20 @@
 //! seeded from outside, and assertions that wait on watches for the state to get there.
 //!
 //! No sleeps: every wait is driven by watch events and bounded by a timeout whose message
-//! shows the last value seen.
+//! shows the last value seen. Built only for tests (the `test-harness` feature).
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::controller::Controller;
-use super::resource::{Resource, ResourceSpec};
+use super::registry::Registry;
+use super::resource::{Resource, ResourceSpec, ResourceType};
 use super::runtime::{Backoff, Runtime, RuntimeError};
 use super::state::{Event, State, StateError};
 
@@ -27,9 +31,30 @@ pub enum HarnessError {
 
 pub struct Harness {
     state: State,
+    registry: Arc<Registry>,
     cancel: CancellationToken,
     task: Option<JoinHandle<()>>,
+    stopped: watch::Receiver<BTreeMap<String, String>>,
     timeout: Duration,
+}
+
+/// A registry holding every type and namespace the controllers declare.
+pub fn registry_for(controllers: &[Box<dyn Controller>]) -> Registry {
+    let mut registry = Registry::new();
+    let mut add = |t: ResourceType, namespace: &str| {
+        let _ = registry.add_namespace(namespace, "");
+        let _ = registry.add_namespace(t.definition().default_namespace, "");
+        let _ = registry.register_type(t);
+    };
+    for c in controllers {
+        for input in c.inputs() {
+            add(input.resource_type, &input.namespace);
+        }
+        for output in c.outputs() {
+            add(output.resource_type, output.definition().default_namespace);
+        }
+    }
+    registry
 }
 
 impl Harness {
@@ -38,15 +63,26 @@ impl Harness {
         Self::start_on(State::in_memory(), controllers)
     }
 
+    /// Starts the controllers on `state`, with a registry of what they declare.
     pub fn start_on(state: State, controllers: Vec<Box<dyn Controller>>) -> Result<Self, RuntimeError> {
-        let mut runtime = Runtime::new(state.clone())
+        let registry = registry_for(&controllers);
+        Self::start_with(state, Arc::new(registry), controllers)
+    }
+
+    pub fn start_with(
+        state: State,
+        registry: Arc<Registry>,
+        controllers: Vec<Box<dyn Controller>>,
+    ) -> Result<Self, RuntimeError> {
+        let mut runtime = Runtime::new(state.clone(), Arc::clone(&registry))
             .with_backoff(Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(200) });
         for c in controllers {
             runtime.register_boxed(c)?;
         }
+        let stopped = runtime.stopped();
         let cancel = CancellationToken::new();
         let task = tokio::spawn(runtime.run(cancel.clone()));
-        Ok(Harness { state, cancel, task: Some(task), timeout: DEFAULT_TIMEOUT })
+        Ok(Harness { state, registry, cancel, task: Some(task), stopped, timeout: DEFAULT_TIMEOUT })
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -56,6 +92,10 @@ impl Harness {
 
     pub fn state(&self) -> &State {
         &self.state
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
     }
 
     /// Creates or replaces an input as an outside writer (no owner).
@@ -95,8 +135,9 @@ impl Harness {
             let event = match tokio::time::timeout_at(deadline, watch.next()).await {
                 Ok(Ok(event)) => event,
                 Ok(Err(_)) => {
-                    last = self.state.find(namespace, id)?;
-                    Event::Bootstrapped
+                    // Fell behind: start over from the current value.
+                    watch = self.state.watch::<T>(namespace, id);
+                    continue;
                 }
                 Err(_) => {
                     return Err(HarnessError::Timeout { what, timeout: self.timeout, last_seen: show(last.as_ref()) });
@@ -132,10 +173,14 @@ impl Harness {
             if pred(&list) {
                 return Ok(list);
             }
-            if tokio::time::timeout_at(deadline, watch.next()).await.is_err() {
-                let list = self.state.list::<T>(namespace);
-                let last_seen = format!("{:?}", list.iter().map(|r| (r.id(), r.spec())).collect::<Vec<_>>());
-                return Err(HarnessError::Timeout { what, timeout: self.timeout, last_seen });
+            match tokio::time::timeout_at(deadline, watch.next()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(_)) => watch = self.state.watch_kind::<T>(namespace),
+                Err(_) => {
+                    let list = self.state.list::<T>(namespace);
+                    let last_seen = format!("{:?}", list.iter().map(|r| (r.id(), r.spec())).collect::<Vec<_>>());
+                    return Err(HarnessError::Timeout { what, timeout: self.timeout, last_seen });
+                }
             }
         }
     }
@@ -174,6 +219,17 @@ impl Harness {
         match self.eventually_list(namespace, what, pred).await {
             Ok(r) => r,
             Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Waits for the runtime to stop `controller` for a declaration mistake; returns the
+    /// error it was stopped with.
+    pub async fn assert_stopped(&self, controller: &str) -> String {
+        let mut stopped = self.stopped.clone();
+        let wait = stopped.wait_for(|s| s.contains_key(controller));
+        match tokio::time::timeout(self.timeout, wait).await {
+            Ok(Ok(s)) => s.get(controller).cloned().unwrap_or_default(),
+            _ => panic!("controller {controller} was not stopped within {:?}", self.timeout),
         }
     }
 

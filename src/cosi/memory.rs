@@ -1,45 +1,68 @@
-//! The in-memory state backend: one lock over namespaces → types → resources, and one
-//! bounded broadcast channel per watched kind.
+//! The in-memory state backend: one lock over namespaces → types → resources, a bounded
+//! event history per kind, and one per watched id.
 //!
-//! Events are sent while the lock is held, so every watcher sees writes in the order they
-//! happened and a watch's snapshot joins its live events with nothing lost or repeated.
-//! A kind gets its channel only when first watched: unwatched kinds cost no history.
+//! Events are recorded while the lock is held, so every watcher sees writes in the order they
+//! happened and a watch's snapshot joins its live events with nothing lost or repeated. A
+//! watch of one id reads a history of its own, so writes to other ids never push it behind.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use tokio::sync::broadcast;
-
-use super::resource::{AnyResource, LabelQuery, Phase};
+use super::query::{ListOptions, WatchOptions, WatchStart};
+use super::resource::{AnyResource, Phase};
 use super::state::{Event, StateBackend, StateError, Watch};
+use super::watch::EventRing;
 
-/// Events a kind keeps for slow watchers before they are told they fell behind.
+/// Events a kind keeps for slow watchers before they are told they fell behind (as Talos's
+/// machined state).
 pub const DEFAULT_HISTORY: usize = 1024;
 
-#[derive(Default)]
+/// Per-id histories kept before the ones nobody reads any more are swept.
+const ID_RING_SWEEP: usize = 64;
+
 struct Kind {
     items: BTreeMap<String, Arc<AnyResource>>,
-    events: Option<broadcast::Sender<Event>>,
+    events: Arc<EventRing>,
+    by_id: HashMap<String, Arc<EventRing>>,
 }
 
 impl Kind {
-    fn publish(&self, event: Event) {
-        if let Some(tx) = &self.events {
-            // No receivers is fine: nobody is watching right now.
-            let _ = tx.send(event);
+    fn new(history: usize) -> Self {
+        Kind { items: BTreeMap::new(), events: EventRing::new(history), by_id: HashMap::new() }
+    }
+
+    fn publish(&mut self, id: &str, event: Event) {
+        if let Some(ring) = self.by_id.get(id) {
+            if ring.readers() == 0 {
+                self.by_id.remove(id);
+            } else {
+                ring.push(event.clone());
+            }
         }
+        self.events.push(event);
     }
 }
 
+type Kinds = HashMap<String, HashMap<String, Kind>>;
+
 pub struct InMemoryState {
     history: usize,
-    kinds: Mutex<HashMap<String, HashMap<String, Kind>>>,
+    kinds: Mutex<Kinds>,
 }
 
 impl Default for InMemoryState {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl Drop for InMemoryState {
+    fn drop(&mut self) {
+        for kind in self.lock().values().flat_map(HashMap::values) {
+            kind.events.close();
+            kind.by_id.values().for_each(|r| r.close());
+        }
     }
 }
 
@@ -68,19 +91,27 @@ impl InMemoryState {
         Self::with_history(DEFAULT_HISTORY)
     }
 
-    /// A state whose watchers may fall `history` events behind before they get an error.
+    /// A state whose watchers may fall `history` events behind before their watch ends.
     pub fn with_history(history: usize) -> Self {
         InMemoryState { history: history.max(1), kinds: Mutex::new(HashMap::new()) }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Kind>>> {
+    fn lock(&self) -> MutexGuard<'_, Kinds> {
         // A panic while holding the lock cannot leave a half-written map behind (every write
         // is a single insert or remove), so a poisoned lock is safe to keep using.
         self.kinds.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Runs `f` on an existing resource's kind and current value; `f` returns the new value
-    /// (or `None` to leave it) and the event to publish.
+    fn kind<'a>(kinds: &'a mut Kinds, history: usize, namespace: &str, type_name: &str) -> &'a mut Kind {
+        kinds
+            .entry(namespace.to_string())
+            .or_default()
+            .entry(type_name.to_string())
+            .or_insert_with(|| Kind::new(history))
+    }
+
+    /// Runs `f` on an existing resource's current value; `f` returns the new value (or `None`
+    /// to leave it), which is stored with the next version and published.
     fn mutate(
         &self,
         namespace: &str,
@@ -100,23 +131,10 @@ impl InMemoryState {
         next.metadata.version = current.metadata.version + 1;
         next.metadata.updated = SystemTime::now();
         let next = Arc::new(next);
-        let old = kind.items.insert(id.to_string(), Arc::clone(&next));
-        if let Some(old) = old {
-            kind.publish(Event::Updated { old, new: Arc::clone(&next) });
+        if let Some(old) = kind.items.insert(id.to_string(), Arc::clone(&next)) {
+            kind.publish(id, Event::Updated { old, new: Arc::clone(&next) });
         }
         Ok(next)
-    }
-
-    fn subscribe(&self, namespace: &str, type_name: &str, id: Option<&str>) -> Watch {
-        let mut kinds = self.lock();
-        let kind = kinds.entry(namespace.to_string()).or_default().entry(type_name.to_string()).or_default();
-        let history = self.history;
-        let rx = kind.events.get_or_insert_with(|| broadcast::channel(history).0).subscribe();
-        let snapshot = match id {
-            Some(id) => kind.items.get(id).cloned().into_iter().collect(),
-            None => kind.items.values().cloned().collect(),
-        };
-        Watch::new(snapshot, rx, id.map(str::to_string))
     }
 }
 
@@ -130,11 +148,13 @@ impl StateBackend for InMemoryState {
             .ok_or_else(|| not_found(namespace, type_name, id))
     }
 
-    fn list(&self, namespace: &str, type_name: &str, query: &LabelQuery) -> Vec<Arc<AnyResource>> {
+    fn list(&self, namespace: &str, type_name: &str, options: &ListOptions) -> Vec<Arc<AnyResource>> {
         self.lock()
             .get(namespace)
             .and_then(|types| types.get(type_name))
-            .map(|kind| kind.items.values().filter(|r| query.matches(&r.metadata.labels)).cloned().collect())
+            .map(|kind| {
+                kind.items.values().filter(|r| options.matches(&r.metadata.id, &r.metadata.labels)).cloned().collect()
+            })
             .unwrap_or_default()
     }
 
@@ -149,7 +169,7 @@ impl StateBackend for InMemoryState {
             });
         }
         let mut kinds = self.lock();
-        let kind = kinds.entry(md.namespace.clone()).or_default().entry(md.type_name.clone()).or_default();
+        let kind = Self::kind(&mut kinds, self.history, &md.namespace, &md.type_name);
         if kind.items.contains_key(&md.id) {
             return Err(StateError::AlreadyExists { reference: md.reference() });
         }
@@ -162,8 +182,9 @@ impl StateBackend for InMemoryState {
         md.created = now;
         md.updated = now;
         let stored = Arc::new(resource);
-        kind.items.insert(stored.metadata.id.clone(), Arc::clone(&stored));
-        kind.publish(Event::Created(Arc::clone(&stored)));
+        let id = stored.metadata.id.clone();
+        kind.items.insert(id.clone(), Arc::clone(&stored));
+        kind.publish(&id, Event::Created(Arc::clone(&stored)));
         Ok(stored)
     }
 
@@ -238,7 +259,7 @@ impl StateBackend for InMemoryState {
             });
         }
         if let Some(gone) = kind.items.remove(id) {
-            kind.publish(Event::Destroyed(gone));
+            kind.publish(id, Event::Destroyed(gone));
         }
         Ok(())
     }
@@ -253,9 +274,6 @@ impl StateBackend for InMemoryState {
         self.mutate(namespace, type_name, id, |current| {
             if current.metadata.finalizers.contains(finalizer) {
                 return Ok(None);
-            }
-            if current.metadata.phase == Phase::TearingDown {
-                return Err(StateError::PhaseConflict { reference: current.metadata.reference() });
             }
             let mut next = AnyResource::clone(current);
             next.metadata.finalizers.insert(finalizer.to_string());
@@ -280,11 +298,35 @@ impl StateBackend for InMemoryState {
         })
     }
 
-    fn watch_kind(&self, namespace: &str, type_name: &str) -> Watch {
-        self.subscribe(namespace, type_name, None)
+    fn watch_kind(&self, namespace: &str, type_name: &str, options: &WatchOptions) -> Watch {
+        let mut kinds = self.lock();
+        let kind = Self::kind(&mut kinds, self.history, namespace, type_name);
+        let filter = &options.filter;
+        let (initial, cursor) = match options.start {
+            WatchStart::Bootstrap => {
+                let snapshot = kind
+                    .items
+                    .values()
+                    .filter(|r| filter.matches(&r.metadata.id, &r.metadata.labels))
+                    .cloned()
+                    .collect();
+                (Watch::bootstrap(snapshot), kind.events.live())
+            }
+            WatchStart::Tail(n) => (Vec::new(), kind.events.tail(n)),
+            WatchStart::Live => (Vec::new(), kind.events.live()),
+        };
+        Watch::new(initial, cursor, filter.clone())
     }
 
     fn watch(&self, namespace: &str, type_name: &str, id: &str) -> Watch {
-        self.subscribe(namespace, type_name, Some(id))
+        let mut kinds = self.lock();
+        let history = self.history;
+        let kind = Self::kind(&mut kinds, history, namespace, type_name);
+        if kind.by_id.len() >= ID_RING_SWEEP {
+            kind.by_id.retain(|_, ring| ring.readers() > 0);
+        }
+        let ring = kind.by_id.entry(id.to_string()).or_insert_with(|| EventRing::new(history));
+        let snapshot = kind.items.get(id).cloned().into_iter().collect();
+        Watch::new(Watch::bootstrap(snapshot), ring.live(), ListOptions::default())
     }
 }

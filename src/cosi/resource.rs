@@ -1,7 +1,9 @@
-//! Resources: metadata plus a typed spec, and the definitions that name each type.
+//! Resources: metadata plus a typed spec, and the codecs that carry a spec over the wire.
 //!
 //! A spec type says who it is through [`ResourceSpec`]; the state stores specs type-erased
-//! ([`AnyResource`]) and hands them back typed ([`Resource`]). Nothing here does I/O.
+//! ([`AnyResource`]) and hands them back typed ([`Resource`]). [`ResourceType`] is the
+//! type-erased handle controllers declare and the registry keeps: the definition plus the
+//! spec's decoder. Nothing here does I/O.
 
 use std::any::Any;
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,10 +11,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+pub use super::definition::{PrintColumn, ResourceDefinition, Sensitivity};
+use super::timestamp;
 
 /// Whether a resource is alive or on its way out (waiting for finalizers to be released).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Phase {
     Running,
@@ -28,61 +34,53 @@ impl fmt::Display for Phase {
     }
 }
 
-/// Who may read a resource type through the API.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sensitivity {
-    /// Readable by every authenticated role.
-    NonSensitive,
-    /// Readable by admins only (keys, tokens, certificates' private halves).
-    Sensitive,
-}
-
-/// A column `talosctl get` prints for a type: a header and a dotted path into the spec.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PrintColumn {
-    pub name: &'static str,
-    pub path: &'static str,
-}
-
-/// The static description of a resource type, in Talos's naming
-/// (`AddressSpecs.net.talos.dev`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResourceDefinition {
-    pub type_name: &'static str,
-    pub aliases: &'static [&'static str],
-    pub default_namespace: &'static str,
-    pub print_columns: &'static [PrintColumn],
-    pub sensitivity: Sensitivity,
-}
-
-impl ResourceDefinition {
-    /// Whether `name` refers to this type: its full name, its short name (before the first
-    /// dot, singular or plural) or one of its aliases, case-insensitively.
-    pub fn matches(&self, name: &str) -> bool {
-        let full = self.type_name;
-        let short = full.split('.').next().unwrap_or(full);
-        // Plural forms in Talos are `Addresses`, `MachineStatuses`, `Links`.
-        let singular_s = short.strip_suffix('s').unwrap_or(short);
-        let singular_es = short.strip_suffix("es").unwrap_or(short);
-        [full, short, singular_s, singular_es]
-            .into_iter()
-            .chain(self.aliases.iter().copied())
-            .any(|candidate| candidate.eq_ignore_ascii_case(name))
+impl std::str::FromStr for Phase {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "running" => Ok(Phase::Running),
+            "tearingDown" => Ok(Phase::TearingDown),
+            other => Err(format!("unknown phase {other:?} (running, tearingDown)")),
+        }
     }
 }
 
-/// A typed spec the state can hold.
-pub trait ResourceSpec: Any + Clone + fmt::Debug + PartialEq + Serialize + Send + Sync + 'static {
-    const DEFINITION: ResourceDefinition;
+/// A spec failed to encode or decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{type_name}: {format} {action}: {message}")]
+pub struct CodecError {
+    pub type_name: String,
+    pub format: &'static str,
+    pub action: &'static str,
+    pub message: String,
 }
 
-/// Object-safe face of a spec, for type-erased storage.
+/// A typed spec the state can hold. Specs are plain data with a YAML face (what Talos sends
+/// as `yaml_spec`); types with a protobuf message of their own also give `proto_spec`.
+pub trait ResourceSpec:
+    Any + Clone + fmt::Debug + PartialEq + Serialize + DeserializeOwned + Send + Sync + 'static
+{
+    const DEFINITION: ResourceDefinition;
+
+    /// The spec as its protobuf message (`proto_spec`), for types that have one.
+    fn to_proto(&self) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// Object-safe face of a spec, for type-erased storage and the API.
 pub trait SpecObject: Any + fmt::Debug + Send + Sync {
     fn as_any(&self) -> &dyn Any;
     fn into_any_arc(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
     fn eq_dyn(&self, other: &dyn SpecObject) -> bool;
-    fn to_json(&self) -> serde_json::Value;
     fn definition(&self) -> &'static ResourceDefinition;
+    fn to_yaml(&self) -> Result<String, CodecError>;
+    fn to_json(&self) -> Result<serde_json::Value, CodecError>;
+    fn to_proto(&self) -> Option<Vec<u8>>;
+}
+
+fn codec_error(type_name: &str, format: &'static str, action: &'static str, e: impl fmt::Display) -> CodecError {
+    CodecError { type_name: type_name.to_string(), format, action, message: e.to_string() }
 }
 
 impl<T: ResourceSpec> SpecObject for T {
@@ -98,23 +96,96 @@ impl<T: ResourceSpec> SpecObject for T {
         other.as_any().downcast_ref::<T>() == Some(self)
     }
 
-    fn to_json(&self) -> serde_json::Value {
-        // Specs are plain data; a spec that cannot serialize is shown as null rather than
-        // failing a listing.
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
-    }
-
     fn definition(&self) -> &'static ResourceDefinition {
         &T::DEFINITION
     }
+
+    fn to_yaml(&self) -> Result<String, CodecError> {
+        serde_saphyr::to_string(self).map_err(|e| codec_error(T::DEFINITION.type_name, "yaml", "encoding", e))
+    }
+
+    fn to_json(&self) -> Result<serde_json::Value, CodecError> {
+        serde_json::to_value(self).map_err(|e| codec_error(T::DEFINITION.type_name, "json", "encoding", e))
+    }
+
+    fn to_proto(&self) -> Option<Vec<u8>> {
+        ResourceSpec::to_proto(self)
+    }
 }
 
-/// Identity and bookkeeping of one resource.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
+type Decoder = fn(&str) -> Result<Arc<dyn SpecObject>, CodecError>;
+
+fn decode_yaml<T: ResourceSpec>(text: &str) -> Result<Arc<dyn SpecObject>, CodecError> {
+    serde_saphyr::from_str::<T>(text)
+        .map(|spec| Arc::new(spec) as Arc<dyn SpecObject>)
+        .map_err(|e| codec_error(T::DEFINITION.type_name, "yaml", "decoding", e))
+}
+
+/// A resource type, erased: its definition and its spec's decoder. What inputs, outputs and
+/// the registry carry instead of a bare type name.
+#[derive(Clone, Copy)]
+pub struct ResourceType {
+    definition: &'static ResourceDefinition,
+    decode_yaml: Decoder,
+}
+
+impl ResourceType {
+    pub fn of<T: ResourceSpec>() -> Self {
+        ResourceType { definition: &T::DEFINITION, decode_yaml: decode_yaml::<T> }
+    }
+
+    pub fn definition(&self) -> &'static ResourceDefinition {
+        self.definition
+    }
+
+    pub fn type_name(&self) -> &'static str {
+        self.definition.type_name
+    }
+
+    /// Decodes a spec of this type from YAML (what `yaml_spec` carries).
+    pub fn decode_yaml(&self, text: &str) -> Result<Arc<dyn SpecObject>, CodecError> {
+        (self.decode_yaml)(text)
+    }
+}
+
+impl PartialEq for ResourceType {
+    fn eq(&self, other: &Self) -> bool {
+        self.type_name() == other.type_name()
+    }
+}
+
+impl Eq for ResourceType {}
+
+impl PartialOrd for ResourceType {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ResourceType {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.type_name().cmp(other.type_name())
+    }
+}
+
+impl std::hash::Hash for ResourceType {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.type_name().hash(state)
+    }
+}
+
+impl fmt::Debug for ResourceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.type_name())
+    }
+}
+
+/// Identity and bookkeeping of one resource, with COSI's wire shape: `version` is a string on
+/// the protobuf wire and a plain scalar in YAML, times are RFC 3339, and labels, annotations
+/// and finalizers are left out when empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metadata {
     pub namespace: String,
-    #[serde(rename = "type")]
     pub type_name: String,
     pub id: String,
     /// Bumped on every write, starting at 1.
@@ -125,9 +196,7 @@ pub struct Metadata {
     pub finalizers: BTreeSet<String>,
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
-    #[serde(with = "unix_time")]
     pub created: SystemTime,
-    #[serde(with = "unix_time")]
     pub updated: SystemTime,
 }
 
@@ -155,12 +224,84 @@ impl Metadata {
     }
 }
 
-mod unix_time {
-    use std::time::{SystemTime, UNIX_EPOCH};
+impl Serialize for Metadata {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("namespace", &self.namespace)?;
+        m.serialize_entry("type", &self.type_name)?;
+        m.serialize_entry("id", &self.id)?;
+        m.serialize_entry("version", &self.version)?;
+        m.serialize_entry("owner", &self.owner)?;
+        m.serialize_entry("phase", &self.phase)?;
+        m.serialize_entry("created", &timestamp::format(self.created))?;
+        m.serialize_entry("updated", &timestamp::format(self.updated))?;
+        if !self.labels.is_empty() {
+            m.serialize_entry("labels", &self.labels)?;
+        }
+        if !self.annotations.is_empty() {
+            m.serialize_entry("annotations", &self.annotations)?;
+        }
+        if !self.finalizers.is_empty() {
+            m.serialize_entry("finalizers", &self.finalizers)?;
+        }
+        m.end()
+    }
+}
 
-    pub fn serialize<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
-        let secs = t.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-        s.serialize_f64(secs)
+/// A version as either a number or its decimal string.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum WireVersion {
+    Number(u64),
+    Text(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireMetadata {
+    namespace: String,
+    #[serde(rename = "type")]
+    type_name: String,
+    id: String,
+    version: WireVersion,
+    #[serde(default)]
+    owner: String,
+    phase: Phase,
+    created: String,
+    updated: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    finalizers: BTreeSet<String>,
+}
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let w = WireMetadata::deserialize(d)?;
+        let version = match w.version {
+            WireVersion::Number(n) => n,
+            WireVersion::Text(t) if t == "undefined" => 0,
+            WireVersion::Text(t) => {
+                t.parse().map_err(|_| D::Error::custom(format!("version {t:?} is not a number")))?
+            }
+        };
+        Ok(Metadata {
+            namespace: w.namespace,
+            type_name: w.type_name,
+            id: w.id,
+            version,
+            owner: w.owner,
+            phase: w.phase,
+            finalizers: w.finalizers,
+            labels: w.labels,
+            annotations: w.annotations,
+            created: timestamp::parse(&w.created).map_err(D::Error::custom)?,
+            updated: timestamp::parse(&w.updated).map_err(D::Error::custom)?,
+        })
     }
 }
 
@@ -214,8 +355,21 @@ impl<T: ResourceSpec> Resource<T> {
         self.any.metadata.version
     }
 
+    pub fn phase(&self) -> Phase {
+        self.any.metadata.phase
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.any.metadata.phase == Phase::Running
+    }
+
     pub fn with_label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         Arc::make_mut(&mut self.any).metadata.labels.insert(key.into(), value.into());
+        self
+    }
+
+    pub fn with_labels(mut self, labels: BTreeMap<String, String>) -> Self {
+        Arc::make_mut(&mut self.any).metadata.labels = labels;
         self
     }
 
@@ -247,49 +401,15 @@ impl<T: PartialEq> PartialEq for Resource<T> {
     }
 }
 
-/// Selects resources by their labels; every term must hold.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelQuery {
-    pub terms: Vec<LabelTerm>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LabelTerm {
-    Exists(String),
-    NotExists(String),
-    Equal(String, String),
-    NotEqual(String, String),
-    In(String, Vec<String>),
-}
-
-impl LabelQuery {
-    pub fn all() -> Self {
-        LabelQuery::default()
-    }
-
-    pub fn with(mut self, term: LabelTerm) -> Self {
-        self.terms.push(term);
-        self
-    }
-
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.terms.iter().all(|term| match term {
-            LabelTerm::Exists(k) => labels.contains_key(k),
-            LabelTerm::NotExists(k) => !labels.contains_key(k),
-            LabelTerm::Equal(k, v) => labels.get(k) == Some(v),
-            LabelTerm::NotEqual(k, v) => labels.get(k) != Some(v),
-            LabelTerm::In(k, vs) => labels.get(k).is_some_and(|l| vs.contains(l)),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[derive(Debug, Clone, PartialEq, Serialize)]
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
     struct Probe {
-        n: u32,
+        link_name: String,
+        mtu: u32,
     }
 
     impl ResourceSpec for Probe {
@@ -297,29 +417,16 @@ mod tests {
             type_name: "ProbeSpecs.test.talos.dev",
             aliases: &["probe"],
             default_namespace: "test",
-            print_columns: &[PrintColumn { name: "N", path: "n" }],
+            print_columns: &[PrintColumn { name: "MTU", json_path: "{.mtu}" }],
             sensitivity: Sensitivity::NonSensitive,
         };
     }
 
     #[test]
-    fn definition_matches_names_and_aliases() {
-        let d = Probe::DEFINITION;
-        for name in ["ProbeSpecs.test.talos.dev", "probespecs", "ProbeSpec", "probe"] {
-            assert!(d.matches(name), "{name} should match");
-        }
-        let statuses = ResourceDefinition { type_name: "MachineStatuses.runtime.talos.dev", ..d };
-        for name in ["machinestatuses", "MachineStatus"] {
-            assert!(statuses.matches(name), "{name} should match");
-        }
-        assert!(!d.matches("probes.other"));
-    }
-
-    #[test]
     fn typed_view_downcasts_only_to_its_own_type() {
-        let any = Arc::new(AnyResource::new("test", "a", Probe { n: 3 }));
-        assert_eq!(Resource::<Probe>::from_any(&any).map(|r| r.spec().n), Some(3));
-        #[derive(Debug, Clone, PartialEq, Serialize)]
+        let any = Arc::new(AnyResource::new("test", "a", Probe { link_name: "eth0".into(), mtu: 3 }));
+        assert_eq!(Resource::<Probe>::from_any(&any).map(|r| r.spec().mtu), Some(3));
+        #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
         struct Other;
         impl ResourceSpec for Other {
             const DEFINITION: ResourceDefinition = ResourceDefinition {
@@ -331,30 +438,53 @@ mod tests {
             };
         }
         assert!(Resource::<Other>::from_any(&any).is_none());
-        assert!(any.spec.eq_dyn(&Probe { n: 3 }));
-        assert!(!any.spec.eq_dyn(&Probe { n: 4 }));
+        assert!(any.spec.eq_dyn(&Probe { link_name: "eth0".into(), mtu: 3 }));
+        assert!(!any.spec.eq_dyn(&Probe { link_name: "eth0".into(), mtu: 4 }));
     }
 
     #[test]
-    fn label_queries() {
-        let labels: BTreeMap<String, String> =
-            [("role".to_string(), "cp".to_string()), ("zone".to_string(), "a".to_string())].into();
-        let cases: &[(LabelQuery, bool)] = &[
-            (LabelQuery::all(), true),
-            (LabelQuery::all().with(LabelTerm::Exists("role".into())), true),
-            (LabelQuery::all().with(LabelTerm::NotExists("role".into())), false),
-            (LabelQuery::all().with(LabelTerm::Equal("role".into(), "cp".into())), true),
-            (LabelQuery::all().with(LabelTerm::NotEqual("role".into(), "cp".into())), false),
-            (LabelQuery::all().with(LabelTerm::In("zone".into(), vec!["b".into(), "a".into()])), true),
-            (
-                LabelQuery::all()
-                    .with(LabelTerm::Exists("role".into()))
-                    .with(LabelTerm::Equal("zone".into(), "b".into())),
-                false,
-            ),
-        ];
-        for (i, (q, want)) in cases.iter().enumerate() {
-            assert_eq!(q.matches(&labels), *want, "case {i}: {q:?}");
-        }
+    fn spec_codecs_round_trip() {
+        let spec = Probe { link_name: "eth0".into(), mtu: 3 };
+        let yaml = SpecObject::to_yaml(&spec).unwrap();
+        assert_eq!(yaml, "linkName: eth0\nmtu: 3\n");
+        let back = ResourceType::of::<Probe>().decode_yaml(&yaml).unwrap();
+        assert!(back.eq_dyn(&spec));
+        let err = ResourceType::of::<Probe>().decode_yaml("linkName: [1").unwrap_err();
+        assert_eq!((err.format, err.action), ("yaml", "decoding"));
+        assert!(err.to_string().starts_with("ProbeSpecs.test.talos.dev: yaml decoding: "), "{err}");
+        assert_eq!(SpecObject::to_json(&spec).unwrap(), serde_json::json!({"linkName": "eth0", "mtu": 3}));
+        assert_eq!(SpecObject::to_proto(&spec), None);
+    }
+
+    #[test]
+    fn metadata_has_the_cosi_yaml_shape_and_round_trips() {
+        use std::time::{Duration, UNIX_EPOCH};
+        let mut md = Metadata::new("network", "AddressStatuses.net.talos.dev", "eth0/10.0.2.15/24");
+        md.version = 3;
+        md.owner = "AddressStatusController".into();
+        md.created = UNIX_EPOCH + Duration::from_secs(1_704_885_645);
+        md.updated = md.created + Duration::from_millis(1500);
+        let yaml = serde_saphyr::to_string(&md).unwrap();
+        assert_eq!(
+            yaml,
+            "namespace: network\ntype: AddressStatuses.net.talos.dev\nid: eth0/10.0.2.15/24\nversion: 3\n\
+             owner: AddressStatusController\nphase: running\ncreated: 2024-01-10T11:20:45Z\n\
+             updated: 2024-01-10T11:20:46.5Z\n"
+        );
+        assert_eq!(serde_saphyr::from_str::<Metadata>(&yaml).unwrap(), md);
+
+        md.phase = Phase::TearingDown;
+        md.labels.insert("talos.dev/role".into(), "cp".into());
+        md.annotations.insert("note".into(), "x".into());
+        md.finalizers.insert("AddressSpecController".into());
+        let yaml = serde_saphyr::to_string(&md).unwrap();
+        assert!(yaml.contains("phase: tearingDown\n"), "{yaml}");
+        assert!(yaml.ends_with("finalizers:\n- AddressSpecController\n"), "{yaml}");
+        assert_eq!(serde_saphyr::from_str::<Metadata>(&yaml).unwrap(), md);
+        // The protobuf wire carries the version as a string.
+        let text = yaml.replace("version: 3", "version: '3'");
+        assert_eq!(serde_saphyr::from_str::<Metadata>(&text).unwrap().version, 3);
+        let bad = yaml.replace("owner:", "ownr:");
+        assert!(serde_saphyr::from_str::<Metadata>(&bad).is_err(), "an unknown field is an error");
     }
 }

@@ -1,15 +1,14 @@
-//! The state: the contract every backend keeps, its errors and watch events, and the typed
-//! facade controllers and the API use.
+//! The state: the contract every backend keeps, its errors, and the typed facade controllers
+//! and the API use.
 //!
 //! A backend stores type-erased resources and enforces the write rules (versions, owners,
 //! phases, finalizers); it never interprets a spec.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tokio::sync::broadcast;
-
-use super::resource::{AnyResource, LabelQuery, Resource, ResourceSpec};
+use super::query::{LabelQuery, ListOptions, WatchOptions};
+use super::resource::{AnyResource, Resource, ResourceSpec};
+pub use super::watch::{Event, Watch, WatchError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StateError {
@@ -27,6 +26,10 @@ pub enum StateError {
     PendingFinalizers { reference: String, finalizers: Vec<String> },
     #[error("resource {reference}: spec is {spec_type}, metadata says {type_name}")]
     TypeMismatch { reference: String, spec_type: String, type_name: String },
+    #[error("{type_name} is sensitive: reading it needs the os:admin role")]
+    PermissionDenied { type_name: String },
+    #[error("unknown resource type {type_name:?}")]
+    UnknownType { type_name: String },
 }
 
 impl StateError {
@@ -39,96 +42,12 @@ impl StateError {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WatchError {
-    /// The watcher fell behind the bounded history; `missed` events are gone. The watch goes
-    /// on from the oldest retained event; a consumer that needs every event re-lists.
-    #[error("watch fell behind: {missed} events were dropped from the bounded history")]
-    Overrun { missed: u64 },
-    #[error("watch closed: the state is gone")]
-    Closed,
-}
-
-/// What happened to a resource. `Bootstrapped` marks the end of a watch's initial snapshot.
-#[derive(Debug, Clone)]
-pub enum Event {
-    Created(Arc<AnyResource>),
-    Updated { old: Arc<AnyResource>, new: Arc<AnyResource> },
-    Destroyed(Arc<AnyResource>),
-    Bootstrapped,
-}
-
-impl Event {
-    /// The resource as it is after the event (as it was, for `Destroyed`).
-    pub fn resource(&self) -> Option<&Arc<AnyResource>> {
-        match self {
-            Event::Created(r) | Event::Destroyed(r) => Some(r),
-            Event::Updated { new, .. } => Some(new),
-            Event::Bootstrapped => None,
-        }
-    }
-}
-
-/// A stream of events for one kind (namespace + type), optionally narrowed to one id.
-pub struct Watch {
-    initial: VecDeque<Event>,
-    rx: broadcast::Receiver<Event>,
-    id: Option<String>,
-}
-
-impl Watch {
-    /// Built by backends: `snapshot` is emitted as `Created` events then `Bootstrapped`.
-    pub fn new(snapshot: Vec<Arc<AnyResource>>, rx: broadcast::Receiver<Event>, id: Option<String>) -> Self {
-        let mut initial: VecDeque<Event> = snapshot.into_iter().map(Event::Created).collect();
-        initial.push_back(Event::Bootstrapped);
-        Watch { initial, rx, id }
-    }
-
-    fn wanted(&self, event: &Event) -> bool {
-        match (&self.id, event.resource()) {
-            (Some(id), Some(r)) => r.metadata.id == *id,
-            _ => true,
-        }
-    }
-
-    pub async fn next(&mut self) -> Result<Event, WatchError> {
-        if let Some(event) = self.initial.pop_front() {
-            return Ok(event);
-        }
-        loop {
-            match self.rx.recv().await {
-                Ok(event) if self.wanted(&event) => return Ok(event),
-                Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(missed)) => return Err(WatchError::Overrun { missed }),
-                Err(broadcast::error::RecvError::Closed) => return Err(WatchError::Closed),
-            }
-        }
-    }
-
-    /// The next event if one is ready, without waiting.
-    pub fn try_next(&mut self) -> Option<Result<Event, WatchError>> {
-        if let Some(event) = self.initial.pop_front() {
-            return Some(Ok(event));
-        }
-        loop {
-            match self.rx.try_recv() {
-                Ok(event) if self.wanted(&event) => return Some(Ok(event)),
-                Ok(_) => continue,
-                Err(broadcast::error::TryRecvError::Empty) => return None,
-                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
-                    return Some(Err(WatchError::Overrun { missed }));
-                }
-                Err(broadcast::error::TryRecvError::Closed) => return Some(Err(WatchError::Closed)),
-            }
-        }
-    }
-}
-
 /// What every state backend implements. `owner` is the writer's identity: a controller's
 /// name, or the empty string for writes from outside the runtime.
 pub trait StateBackend: Send + Sync {
     fn get(&self, namespace: &str, type_name: &str, id: &str) -> Result<Arc<AnyResource>, StateError>;
-    fn list(&self, namespace: &str, type_name: &str, query: &LabelQuery) -> Vec<Arc<AnyResource>>;
+    /// The matching resources, in id order.
+    fn list(&self, namespace: &str, type_name: &str, options: &ListOptions) -> Vec<Arc<AnyResource>>;
     /// Stores a new resource at version 1, owned by `owner`.
     fn create(&self, resource: AnyResource, owner: &str) -> Result<Arc<AnyResource>, StateError>;
     /// Replaces spec, labels and annotations if the stored version is `expected_version`.
@@ -141,7 +60,7 @@ pub trait StateBackend: Send + Sync {
     -> Result<Arc<AnyResource>, StateError>;
     /// Removes a resource; refused while it holds finalizers.
     fn destroy(&self, namespace: &str, type_name: &str, id: &str, owner: &str) -> Result<(), StateError>;
-    /// Adds a finalizer (anyone may; refused while tearing down).
+    /// Adds a finalizer, in any phase: anyone may hold a resource, even one on its way out.
     fn add_finalizer(
         &self,
         namespace: &str,
@@ -156,9 +75,11 @@ pub trait StateBackend: Send + Sync {
         id: &str,
         finalizer: &str,
     ) -> Result<Arc<AnyResource>, StateError>;
-    /// Watches a kind: a snapshot of what exists, `Bootstrapped`, then every change in order.
-    fn watch_kind(&self, namespace: &str, type_name: &str) -> Watch;
-    /// Watches one resource: its current value if any, `Bootstrapped`, then its changes.
+    /// Watches a kind as `options` say: a bootstrap snapshot, tail events or nothing, then
+    /// every change in order, narrowed by the options' query.
+    fn watch_kind(&self, namespace: &str, type_name: &str, options: &WatchOptions) -> Watch;
+    /// Watches one resource on a subscription of its own (writes to other ids never push it
+    /// behind): its current value if any, `Bootstrapped`, then its changes.
     fn watch(&self, namespace: &str, type_name: &str, id: &str) -> Watch;
 }
 
@@ -197,11 +118,15 @@ impl State {
     }
 
     pub fn list<T: ResourceSpec>(&self, namespace: &str) -> Vec<Resource<T>> {
-        self.list_labeled(namespace, &LabelQuery::all())
+        self.list_with(namespace, &ListOptions::default())
     }
 
-    pub fn list_labeled<T: ResourceSpec>(&self, namespace: &str, query: &LabelQuery) -> Vec<Resource<T>> {
-        self.backend.list(namespace, T::DEFINITION.type_name, query).iter().filter_map(Resource::from_any).collect()
+    pub fn list_labeled<T: ResourceSpec>(&self, namespace: &str, labels: &LabelQuery) -> Vec<Resource<T>> {
+        self.list_with(namespace, &ListOptions { labels: labels.clone(), ..Default::default() })
+    }
+
+    pub fn list_with<T: ResourceSpec>(&self, namespace: &str, options: &ListOptions) -> Vec<Resource<T>> {
+        self.backend.list(namespace, T::DEFINITION.type_name, options).iter().filter_map(Resource::from_any).collect()
     }
 
     pub fn create<T: ResourceSpec>(&self, resource: Resource<T>, owner: &str) -> Result<Resource<T>, StateError> {
@@ -235,8 +160,13 @@ impl State {
         self.backend.remove_finalizer(namespace, T::DEFINITION.type_name, id, finalizer).map(drop)
     }
 
+    /// Watches a kind from a bootstrap snapshot.
     pub fn watch_kind<T: ResourceSpec>(&self, namespace: &str) -> Watch {
-        self.backend.watch_kind(namespace, T::DEFINITION.type_name)
+        self.watch_kind_with::<T>(namespace, &WatchOptions::default())
+    }
+
+    pub fn watch_kind_with<T: ResourceSpec>(&self, namespace: &str, options: &WatchOptions) -> Watch {
+        self.backend.watch_kind(namespace, T::DEFINITION.type_name, options)
     }
 
     pub fn watch<T: ResourceSpec>(&self, namespace: &str, id: &str) -> Watch {

@@ -394,19 +394,8 @@ fn write_uki(
 
 /// `YYYY-MM-DD HH:MM:SS` in UTC, for libfaketime.
 pub fn utc_datetime(epoch: u32) -> String {
-    let secs = epoch as i64;
-    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
-    // Civil-from-days (proleptic Gregorian), days since 1970-01-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(u64::from(epoch));
+    crate::cosi::timestamp::format(t).replace('T', " ").trim_end_matches('Z').to_string()
 }
 
 fn grub_mkimage(format: &str, dir: &Path, early: &Path, out: &Path, modules: &[&str]) -> Result<(), ImagerError> {

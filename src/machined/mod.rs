@@ -16,11 +16,9 @@
 //!
 //! In container mode "power off" and "reboot" both stop services and exit 0.
 
-pub mod console;
-pub mod power_button;
-
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -28,13 +26,12 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::controllers::runtime::{
-    KernelCmdlineController, MachineConfigFileController, MachineStatusController, ServiceController, VersionController,
-};
-use crate::cosi::{Event, Resource, Runtime, RuntimeError, State};
+use crate::controllers::{self, ControllerSet, Environment};
+use crate::cosi::{Event, RegistryError, Resource, Runtime, RuntimeError, State};
+use crate::kernel::console;
 use crate::kernel::power::{self, PowerAction};
 use crate::resources::runtime::{MachineStage, MachineStatus, NAMESPACE, ShutdownAction, ShutdownRequest};
-use crate::services::{ReapMode, Reaper, Supervisor};
+use crate::services::{ReapMode, Reaper, ServiceDefinition, Supervisor};
 
 /// Where machined runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +46,8 @@ pub enum Mode {
 pub const PID_FILE: &str = "machined.pid";
 /// In container mode: the machine configuration whose presence means "running".
 pub const CONFIG_FILE: &str = "config.yaml";
+/// In container mode: the kernel command line this node pretends to have (optional).
+pub const CMDLINE_FILE: &str = "cmdline";
 
 /// How long a service gets between SIGTERM and SIGKILL.
 const SERVICE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,6 +74,8 @@ pub enum MachinedError {
     SignalHandler { name: &'static str, source: std::io::Error },
     #[error("registering controllers: {0}")]
     Register(#[from] RuntimeError),
+    #[error("registering resource types: {0}")]
+    Registry(#[from] RegistryError),
     #[error("the {0} stopped unexpectedly")]
     Stopped(&'static str),
 }
@@ -88,8 +89,8 @@ pub fn signal_for(action: PowerAction) -> Signal {
     }
 }
 
-/// Runs machined. As PID 1 this never returns.
-pub fn run(mode: Mode) -> ExitCode {
+/// Runs machined, supervising `services`. As PID 1 this never returns.
+pub fn run(mode: Mode, services: Vec<ServiceDefinition>) -> ExitCode {
     console::line(&format!("uptime {} machined start", console::uptime()));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -107,7 +108,8 @@ pub fn run(mode: Mode) -> ExitCode {
     {
         Err(e) => Ok(Err(MachinedError::AsyncRuntime(e))),
         Ok(rt) => {
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(serve(&mode))));
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(serve(&mode, services))));
             rt.shutdown_timeout(Duration::from_secs(2));
             outcome
         }
@@ -181,20 +183,41 @@ fn power_down(action: PowerAction) -> ! {
     }
 }
 
-fn config_path(mode: &Mode) -> Option<PathBuf> {
+/// The controllers' environment in `mode`.
+fn environment(mode: &Mode, supervisor: Arc<Supervisor>) -> Environment {
     match mode {
         // No STATE volume yet, so no configuration: maintenance.
-        Mode::Node => None,
-        Mode::Container { state_dir } => Some(state_dir.join(CONFIG_FILE)),
+        Mode::Node => Environment {
+            set: ControllerSet::Node,
+            supervisor,
+            cmdline: Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE)),
+            config: None,
+        },
+        // Never the host's own command line: a node process has its own, or none.
+        Mode::Container { state_dir } => Environment {
+            set: ControllerSet::Container,
+            supervisor,
+            cmdline: Some(state_dir.join(CMDLINE_FILE)).filter(|p| p.is_file()),
+            config: Some(state_dir.join(CONFIG_FILE)),
+        },
     }
 }
 
+/// The controller dependency graph machined runs in `mode`, in DOT.
+pub fn dependency_graph(mode: &Mode) -> Result<String, MachinedError> {
+    let reaper = Reaper::new(ReapMode::Own);
+    let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |_| {});
+    let mut runtime = Runtime::new(State::in_memory(), Arc::new(crate::resources::registry()?));
+    controllers::register_all(&mut runtime, &environment(mode, supervisor))?;
+    Ok(runtime.dependency_graph())
+}
+
 /// Runs until a power request, then stops services and the runtime; returns the request.
-async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
+async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAction, MachinedError> {
     let cancel = CancellationToken::new();
     let _stop_all = cancel.clone().drop_guard();
     let (stage_tx, stage_rx) = watch::channel(MachineStage::Booting);
-    console::line("stage: booting");
+    console::stage(&MachineStage::Booting.to_string());
 
     // Handlers first: until they exist SIGTERM/SIGPWR/SIGINT would kill a non-PID-1 machined
     // (the pid file announces us), and PID 1 would ignore them.
@@ -227,12 +250,8 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
     }
 
     let state = State::in_memory();
-    let mut runtime = Runtime::new(state.clone());
-    runtime.register(KernelCmdlineController::new())?;
-    runtime.register(VersionController)?;
-    runtime.register(MachineConfigFileController::new(config_path(mode)))?;
-    runtime.register(MachineStatusController)?;
-    runtime.register(ServiceController::new(supervisor.clone()))?;
+    let mut runtime = Runtime::new(state.clone(), Arc::new(crate::resources::registry()?));
+    controllers::register_all(&mut runtime, &environment(mode, supervisor.clone()))?;
     // Subscribed before the runtime starts, so no stage is missed.
     let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
     let mut stage_task = tokio::spawn(print_stages(state.clone(), stage_watch, stage_tx, cancel.clone()));
@@ -240,7 +259,7 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
 
     if *mode == Mode::Node {
         let (presses, mut pressed) = mpsc::unbounded_channel();
-        power_button::watch(PathBuf::from("/dev/input"), presses);
+        crate::kernel::input::watch_power_button(PathBuf::from("/dev/input"), presses);
         let requests = requests.clone();
         tokio::spawn(async move {
             while pressed.recv().await.is_some() {
@@ -252,7 +271,7 @@ async fn serve(mode: &Mode) -> Result<PowerAction, MachinedError> {
         });
     }
 
-    for service in crate::services::image_services(crate::applets::is_built) {
+    for service in services {
         if let Err(e) = supervisor.start(service) {
             console::line(&format!("machined: {e}"));
         }
@@ -325,7 +344,7 @@ async fn print_stages(
             && stage != last
         {
             last = stage;
-            console::line(&format!("stage: {stage}"));
+            console::stage(&stage.to_string());
             if stage == MachineStage::Maintenance {
                 console::line(&format!("uptime {} stage maintenance", console::uptime()));
             }

@@ -16,11 +16,18 @@ use super::boot::{self, BootPlan, BootRequest};
 use super::host::{self, Tool};
 use super::state::{self, ClusterRecord, NodeRecord};
 use super::{ProvisionError, io_err};
+use crate::kernel::console;
+use crate::resources::runtime::MachineStage;
 
 /// The serial-console line that says machined reached maintenance: the node is up.
-pub const READY_MARKER: &str = "[talosbox] stage: maintenance";
+pub fn ready_marker() -> String {
+    console::stage_line(&MachineStage::Maintenance.to_string())
+}
+
 /// Serial-console lines that say the node will not get there.
-pub const FAILURE_MARKERS: &[&str] = &["[talosbox] init: FAILED", "Kernel panic", "end Kernel panic"];
+pub fn failure_markers() -> [String; 3] {
+    [format!("{} {}", console::PREFIX, console::INIT_FAILED), "Kernel panic".into(), "end Kernel panic".into()]
+}
 
 /// `talosctl cluster create`'s options, flags already parsed.
 #[derive(Debug, Clone)]
@@ -383,7 +390,7 @@ pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(Stri
                 .unwrap_or_else(|| "not running".to_string());
             let log = String::from_utf8_lossy(&std::fs::read(&n.serial_log).unwrap_or_default()).replace('\r', "");
             let console = match judge_log(&log) {
-                NodeProgress::Ready(_) => READY_MARKER.to_string(),
+                NodeProgress::Ready(_) => ready_marker(),
                 NodeProgress::Failed(why) => format!("failed: {why}"),
                 NodeProgress::Booting(Some(last)) => last,
                 NodeProgress::Booting(None) => "no talosbox output yet".to_string(),
@@ -465,13 +472,13 @@ pub enum NodeProgress {
 
 /// What a serial log says about a node. Pure, so it is tested on text.
 pub fn judge_log(log: &str) -> NodeProgress {
-    if log.contains(READY_MARKER) {
+    if log.contains(&ready_marker()) {
         return NodeProgress::Ready(Duration::ZERO);
     }
-    if let Some(line) = log.lines().find(|l| FAILURE_MARKERS.iter().any(|m| l.contains(m))) {
+    if let Some(line) = log.lines().find(|l| failure_markers().iter().any(|m| l.contains(m.as_str()))) {
         return NodeProgress::Failed(line.trim().to_string());
     }
-    let last = log.lines().rev().find(|l| l.contains("[talosbox]")).map(|l| l.trim().to_string());
+    let last = log.lines().rev().find(|l| l.contains(console::PREFIX)).map(|l| l.trim().to_string());
     NodeProgress::Booting(last)
 }
 
@@ -484,7 +491,7 @@ pub fn tail(text: &str, n: usize) -> String {
 /// Each node's name and progress, in record order.
 pub type Progress = [(String, NodeProgress)];
 
-/// Polls every node's serial log until each shows [`READY_MARKER`]; fails early when a node's
+/// Polls every node's serial log until each shows [`ready_marker`]; fails early when a node's
 /// QEMU exits or its console shows a failure, and at the timeout. `tick` sees the progress of
 /// every node about four times a second. The error carries the tail of each unready node's log.
 pub fn wait_ready(
@@ -538,7 +545,7 @@ fn not_ready_report(
     timed_out: bool,
 ) -> String {
     let mut out = if timed_out {
-        format!("timed out after {:.0} s waiting for {READY_MARKER:?}", elapsed.as_secs_f64())
+        format!("timed out after {:.0} s waiting for {:?}", elapsed.as_secs_f64(), ready_marker())
     } else {
         format!("a node failed to boot after {:.0} s", elapsed.as_secs_f64())
     };

@@ -2,3 +2,12 @@
 //! reads a file or talks to the kernel.
 
 pub mod runtime;
+
+use crate::cosi::{Registry, RegistryError};
+
+/// A registry of every resource type and namespace of a node.
+pub fn registry() -> Result<Registry, RegistryError> {
+    let mut registry = Registry::new();
+    runtime::register(&mut registry)?;
+    Ok(registry)
+}

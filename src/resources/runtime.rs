@@ -5,16 +5,16 @@
 //! that `talosctl get` shows the same thing. Types Talos does not have are named
 //! `*.talosbox.dev`. Plain data only.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::cosi::{PrintColumn, ResourceDefinition, ResourceSpec, Sensitivity};
+use crate::cosi::{PrintColumn, Registry, RegistryError, ResourceDefinition, ResourceSpec, Sensitivity};
 
 /// The namespace of every runtime resource (Talos's `runtime` and `v1alpha1` namespaces are
 /// both named `runtime`).
 pub const NAMESPACE: &str = "runtime";
 
 /// The kernel command line as the kernel gave it (`/proc/cmdline`), id `cmdline`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelCmdline {
     pub cmdline: String,
 }
@@ -28,13 +28,13 @@ impl ResourceSpec for KernelCmdline {
         type_name: "KernelCmdlines.runtime.talos.dev",
         aliases: &["cmdline"],
         default_namespace: NAMESPACE,
-        print_columns: &[PrintColumn { name: "Cmdline", path: "cmdline" }],
+        print_columns: &[PrintColumn { name: "Cmdline", json_path: "{.cmdline}" }],
         sensitivity: Sensitivity::NonSensitive,
     };
 }
 
 /// The running talosbox version, id `version`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Version {
     pub version: String,
 }
@@ -48,13 +48,13 @@ impl ResourceSpec for Version {
         type_name: "Versions.runtime.talos.dev",
         aliases: &[],
         default_namespace: NAMESPACE,
-        print_columns: &[PrintColumn { name: "Version", path: "version" }],
+        print_columns: &[PrintColumn { name: "Version", json_path: "{.version}" }],
         sensitivity: Sensitivity::NonSensitive,
     };
 }
 
 /// The stage of the machine's life, Talos's `MachineStage` (same order, same names).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum MachineStage {
     #[serde(rename = "unknown")]
     Unknown,
@@ -93,13 +93,13 @@ impl std::fmt::Display for MachineStage {
 }
 
 /// Something that keeps the machine from being ready at its stage.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnmetCondition {
     pub name: String,
     pub reason: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MachineStatusStatus {
     pub ready: bool,
@@ -107,7 +107,7 @@ pub struct MachineStatusStatus {
 }
 
 /// The machine's stage and readiness, id `machine`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineStatus {
     pub stage: MachineStage,
     pub status: MachineStatusStatus,
@@ -123,8 +123,8 @@ impl ResourceSpec for MachineStatus {
         aliases: &[],
         default_namespace: NAMESPACE,
         print_columns: &[
-            PrintColumn { name: "Stage", path: "stage" },
-            PrintColumn { name: "Ready", path: "status.ready" },
+            PrintColumn { name: "Stage", json_path: "{.stage}" },
+            PrintColumn { name: "Ready", json_path: "{.status.ready}" },
         ],
         sensitivity: Sensitivity::NonSensitive,
     };
@@ -134,7 +134,7 @@ impl ResourceSpec for MachineStatus {
 /// (its sequencer knows); here the config source is a controller's observation, so the
 /// machine status can tell "not looked yet" (no resource) from "looked, none" (`present:
 /// false`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MachineConfigStatus {
     pub present: bool,
     /// Where it was looked for or found (`/var/lib/talosbox/config.yaml`, `none: no STATE volume`).
@@ -151,8 +151,8 @@ impl ResourceSpec for MachineConfigStatus {
         aliases: &[],
         default_namespace: NAMESPACE,
         print_columns: &[
-            PrintColumn { name: "Present", path: "present" },
-            PrintColumn { name: "Source", path: "source" },
+            PrintColumn { name: "Present", json_path: "{.present}" },
+            PrintColumn { name: "Source", json_path: "{.source}" },
         ],
         sensitivity: Sensitivity::NonSensitive,
     };
@@ -160,14 +160,14 @@ impl ResourceSpec for MachineConfigStatus {
 
 /// A request to go down, written by machined's power path (from outside the runtime) so
 /// the machine status shows the stage before services stop. Id `shutdown`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ShutdownAction {
     PowerOff,
     Reboot,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShutdownRequest {
     pub action: ShutdownAction,
 }
@@ -181,13 +181,13 @@ impl ResourceSpec for ShutdownRequest {
         type_name: "ShutdownRequests.runtime.talosbox.dev",
         aliases: &[],
         default_namespace: NAMESPACE,
-        print_columns: &[PrintColumn { name: "Action", path: "action" }],
+        print_columns: &[PrintColumn { name: "Action", json_path: "{.action}" }],
         sensitivity: Sensitivity::NonSensitive,
     };
 }
 
 /// A service's lifecycle state, with Talos's names (`Running`, `Waiting` …).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum ServiceState {
     Initialized,
     Preparing,
@@ -208,7 +208,7 @@ impl std::fmt::Display for ServiceState {
 
 /// One supervised service, id = the service name. `running`/`healthy`/`unknown` are
 /// Talos's fields; the rest says what the supervisor sees.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Service {
     pub running: bool,
@@ -221,18 +221,47 @@ pub struct Service {
     pub message: String,
 }
 
+/// Talos's `ServiceSpec` message (running = 1, healthy = 2, unknown = 3): what Talos tooling
+/// decodes from `proto_spec`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct ServiceSpecWire {
+    #[prost(bool, tag = "1")]
+    running: bool,
+    #[prost(bool, tag = "2")]
+    healthy: bool,
+    #[prost(bool, tag = "3")]
+    unknown: bool,
+}
+
 impl ResourceSpec for Service {
     const DEFINITION: ResourceDefinition = ResourceDefinition {
         type_name: "Services.v1alpha1.talos.dev",
         aliases: &["svc"],
         default_namespace: NAMESPACE,
         print_columns: &[
-            PrintColumn { name: "Running", path: "running" },
-            PrintColumn { name: "Healthy", path: "healthy" },
-            PrintColumn { name: "Health Unknown", path: "unknown" },
+            PrintColumn { name: "Running", json_path: "{.running}" },
+            PrintColumn { name: "Healthy", json_path: "{.healthy}" },
+            PrintColumn { name: "Health Unknown", json_path: "{.unknown}" },
         ],
         sensitivity: Sensitivity::NonSensitive,
     };
+
+    fn to_proto(&self) -> Option<Vec<u8>> {
+        let wire = ServiceSpecWire { running: self.running, healthy: self.healthy, unknown: self.unknown };
+        Some(prost::Message::encode_to_vec(&wire))
+    }
+}
+
+/// Registers the runtime namespace and every runtime type.
+pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.add_namespace(NAMESPACE, "Talos runtime.")?;
+    registry.register::<KernelCmdline>()?;
+    registry.register::<Version>()?;
+    registry.register::<MachineStatus>()?;
+    registry.register::<MachineConfigStatus>()?;
+    registry.register::<ShutdownRequest>()?;
+    registry.register::<Service>()?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -255,10 +284,35 @@ mod tests {
 
     #[test]
     fn definitions_answer_to_talos_names() {
-        assert!(MachineStatus::DEFINITION.matches("machinestatuses"));
-        assert!(KernelCmdline::DEFINITION.matches("cmdline"));
-        assert!(Service::DEFINITION.matches("svc"));
-        assert!(Service::DEFINITION.matches("Services.v1alpha1.talos.dev"));
-        assert!(Version::DEFINITION.matches("versions"));
+        let mut registry = Registry::new();
+        register(&mut registry).unwrap();
+        let cases = [
+            ("machinestatuses", MachineStatus::DEFINITION.type_name),
+            ("ms", MachineStatus::DEFINITION.type_name),
+            ("cmdline", KernelCmdline::DEFINITION.type_name),
+            ("svc", Service::DEFINITION.type_name),
+            ("services.v1alpha1", Service::DEFINITION.type_name),
+            ("Services.v1alpha1.talos.dev", Service::DEFINITION.type_name),
+            ("versions", Version::DEFINITION.type_name),
+            ("version", Version::DEFINITION.type_name),
+        ];
+        for (name, want) in cases {
+            assert_eq!(registry.resolve(name).map(|t| t.type_name()), Ok(want), "{name}");
+        }
+    }
+
+    #[test]
+    fn service_proto_spec_has_talos_fields() {
+        let s = Service {
+            running: true,
+            healthy: false,
+            unknown: true,
+            state: ServiceState::Running,
+            pid: Some(7),
+            restarts: 0,
+            message: String::new(),
+        };
+        // Field 1 (varint) = 1, field 3 (varint) = 1; false fields are not on the wire.
+        assert_eq!(ResourceSpec::to_proto(&s), Some(vec![0x08, 0x01, 0x18, 0x01]));
     }
 }

@@ -13,6 +13,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use crate::cosi::Backoff;
 pub use log::LogRing;
 pub use reaper::{Exit, ReapMode, Reaper};
 pub use supervisor::{ServiceEvent, ServiceSnapshot, Supervisor, SupervisorError};
@@ -26,20 +27,18 @@ pub enum Program {
     Exec { path: PathBuf, args: Vec<OsString> },
 }
 
-/// Back-off between restarts: `initial`, doubled after each quick exit up to `max`; a run
-/// that lasted `reset_after` starts the back-off over.
+/// Back-off between restarts of a service that exits; a run that lasted `reset_after` starts
+/// the back-off over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RestartPolicy {
-    pub initial: Duration,
-    pub max: Duration,
+    pub backoff: Backoff,
     pub reset_after: Duration,
 }
 
 impl Default for RestartPolicy {
     fn default() -> Self {
         RestartPolicy {
-            initial: Duration::from_secs(1),
-            max: Duration::from_secs(30),
+            backoff: Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(30) },
             reset_after: Duration::from_secs(60),
         }
     }

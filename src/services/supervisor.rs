@@ -142,11 +142,7 @@ impl Supervisor {
         let supervised = AssertUnwindSafe(Arc::clone(self).supervise(def.clone(), stop));
         let task = tokio::spawn(async move {
             if let Err(panic) = supervised.catch_unwind().await {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "non-string panic".to_string());
+                let what = crate::panic::message(&*panic);
                 me.set(&name, ServiceState::Failed, None, format!("supervision panicked: {what}"));
             }
         });
@@ -198,7 +194,7 @@ impl Supervisor {
 
     async fn supervise(self: Arc<Self>, def: ServiceDefinition, stop: CancellationToken) {
         let name = def.name.clone();
-        let mut delay = def.restart.initial;
+        let mut delay = def.restart.backoff.next(None);
         loop {
             self.set(&name, ServiceState::Starting, None, String::new());
             match self.spawn(&def) {
@@ -217,7 +213,7 @@ impl Supervisor {
                             let state = if exit.success() { ServiceState::Finished } else { ServiceState::Failed };
                             self.set(&name, state, None, exit.to_string());
                             if started.elapsed() >= def.restart.reset_after {
-                                delay = def.restart.initial;
+                                delay = def.restart.backoff.next(None);
                             }
                         }
                         None => {
@@ -241,7 +237,7 @@ impl Supervisor {
                     return;
                 }
             }
-            delay = (delay * 2).min(def.restart.max);
+            delay = def.restart.backoff.next(Some(delay));
         }
     }
 

@@ -1,5 +1,6 @@
-//! `KernelCmdlineController`: publishes `/proc/cmdline` as the `KernelCmdline` resource.
-//! Reads one file; never writes anything but its output.
+//! `KernelCmdlineController`: publishes the kernel command line (`/proc/cmdline` on a node)
+//! as the `KernelCmdline` resource. Reads one file; never writes anything but its output.
+//! Without a file (a container-mode machined given none) the command line is empty.
 
 use std::path::PathBuf;
 
@@ -12,25 +13,22 @@ pub enum KernelCmdlineError {
     Read { path: PathBuf, source: std::io::Error },
 }
 
+/// The node's kernel command line.
+pub const PROC_CMDLINE: &str = "/proc/cmdline";
+
 pub struct KernelCmdlineController {
-    path: PathBuf,
+    path: Option<PathBuf>,
 }
 
 impl KernelCmdlineController {
-    /// Reads `/proc/cmdline`.
-    pub fn new() -> Self {
-        Self::from_path("/proc/cmdline")
+    /// Reads `path`; `None`: the command line is empty.
+    pub fn new(path: Option<PathBuf>) -> Self {
+        KernelCmdlineController { path }
     }
 
-    /// Reads another file (tests).
+    /// Reads `path` (tests).
     pub fn from_path(path: impl Into<PathBuf>) -> Self {
-        KernelCmdlineController { path: path.into() }
-    }
-}
-
-impl Default for KernelCmdlineController {
-    fn default() -> Self {
-        Self::new()
+        Self::new(Some(path.into()))
     }
 }
 
@@ -49,8 +47,11 @@ impl Controller for KernelCmdlineController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|source| KernelCmdlineError::Read { path: self.path.clone(), source })?;
+        let text = match &self.path {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|source| KernelCmdlineError::Read { path: path.clone(), source })?,
+            None => String::new(),
+        };
         ctx.apply(NAMESPACE, KernelCmdline::ID, KernelCmdline { cmdline: text.trim().to_string() })?;
         Ok(())
     }

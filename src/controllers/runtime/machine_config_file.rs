@@ -3,13 +3,13 @@
 //!
 //! On a node the configuration lives on the STATE volume, which does not exist yet: the
 //! controller is built without a path and reports "none". In container mode it watches
-//! `<state-dir>/config.yaml`, polling so a file written later is noticed. It only looks:
-//! it never reads, parses or writes the configuration.
+//! `<state-dir>/config.yaml`, woken by a timer so a file written later is noticed. It only
+//! looks: it never reads, parses or writes the configuration.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
+use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, Timer};
 use crate::resources::runtime::{MachineConfigStatus, NAMESPACE};
 
 const POLL: Duration = Duration::from_secs(1);
@@ -39,13 +39,17 @@ impl Controller for MachineConfigFileController {
         vec![Output::exclusive::<MachineConfigStatus>()]
     }
 
+    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
+        match self.path {
+            Some(_) => vec![Box::new(Timer::every(POLL))],
+            None => Vec::new(),
+        }
+    }
+
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let spec = match &self.path {
             None => MachineConfigStatus { present: false, source: "none: no STATE volume yet".to_string() },
-            Some(path) => {
-                ctx.requeue_after(POLL);
-                MachineConfigStatus { present: path.is_file(), source: path.display().to_string() }
-            }
+            Some(path) => MachineConfigStatus { present: path.is_file(), source: path.display().to_string() },
         };
         ctx.apply(NAMESPACE, MachineConfigStatus::ID, spec)?;
         Ok(())

@@ -1,33 +1,24 @@
 //! `ServiceController`: publishes the supervisor's view of each service as a `Service`
 //! resource (Talos's `Services.v1alpha1.talos.dev`), one per service.
 //!
-//! The supervisor lives outside the runtime; this controller is woken by its change feed and
-//! copies snapshots. It never starts or stops a service.
+//! The supervisor lives outside the runtime; its change feed is this controller's event
+//! source, and each reconcile copies the snapshots. It never starts or stops a service.
 
 use std::sync::Arc;
 
-use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
-use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
+use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, SourceError, Waker};
 use crate::resources::runtime::{NAMESPACE, Service, ServiceState};
 use crate::services::{ServiceSnapshot, Supervisor};
 
 pub struct ServiceController {
     supervisor: Arc<Supervisor>,
-    feed: Option<JoinHandle<()>>,
 }
 
 impl ServiceController {
     pub fn new(supervisor: Arc<Supervisor>) -> Self {
-        ServiceController { supervisor, feed: None }
-    }
-}
-
-impl Drop for ServiceController {
-    fn drop(&mut self) {
-        if let Some(feed) = self.feed.take() {
-            feed.abort();
-        }
+        ServiceController { supervisor }
     }
 }
 
@@ -46,6 +37,29 @@ pub fn service_spec(s: &ServiceSnapshot) -> Service {
     }
 }
 
+/// The supervisor's change feed.
+struct SupervisorFeed(Arc<Supervisor>);
+
+#[async_trait::async_trait]
+impl EventSource for SupervisorFeed {
+    fn name(&self) -> String {
+        "service supervisor".to_string()
+    }
+
+    async fn run(&mut self, waker: &Waker, cancel: &CancellationToken) -> Result<(), SourceError> {
+        let mut changes = self.0.changes();
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                changed = changes.changed() => match changed {
+                    Ok(()) => waker.wake(),
+                    Err(_) => return Err("the supervisor is gone".into()),
+                },
+            }
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl Controller for ServiceController {
     fn name(&self) -> String {
@@ -60,16 +74,11 @@ impl Controller for ServiceController {
         vec![Output::exclusive::<Service>()]
     }
 
+    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
+        vec![Box::new(SupervisorFeed(Arc::clone(&self.supervisor)))]
+    }
+
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        if self.feed.is_none() {
-            let mut changes = self.supervisor.changes();
-            let waker = ctx.waker();
-            self.feed = Some(tokio::spawn(async move {
-                while changes.changed().await.is_ok() {
-                    waker.wake();
-                }
-            }));
-        }
         for snapshot in self.supervisor.snapshot() {
             ctx.apply(NAMESPACE, &snapshot.name, service_spec(&snapshot))?;
         }

@@ -1,7 +1,8 @@
-//! The ACPI power button: reads every `/dev/input/event*` for a KEY_POWER press and reports
-//! it. QEMU's `system_powerdown` arrives this way once `button` and `evdev` are loaded.
+//! Input event devices (evdev): watching every `/dev/input/event*` for a press of the power
+//! key (KEY_POWER) and reporting it. QEMU's `system_powerdown` arrives this way once `button`
+//! and `evdev` are loaded.
 //!
-//! Only for PID 1 on a node (in container mode the host's button is not ours). Each device
+//! For PID 1 on a node only (in container mode the host's button is not ours). Each device
 //! is read on its own thread with plain blocking reads; a device that fails is dropped
 //! quietly. Never touches anything but the event devices.
 
@@ -27,7 +28,7 @@ pub fn is_power_press(event: &[u8; EVENT_SIZE]) -> bool {
 
 /// Watches `dir` (normally `/dev/input`) for event devices, now and every few seconds (for
 /// devices that appear later), and sends `()` on each power key press.
-pub fn watch(dir: PathBuf, presses: mpsc::UnboundedSender<()>) {
+pub fn watch_power_button(dir: PathBuf, presses: mpsc::UnboundedSender<()>) {
     let spawned = std::thread::Builder::new().name("power-button".into()).spawn(move || {
         let mut open: HashSet<PathBuf> = HashSet::new();
         loop {
@@ -99,7 +100,7 @@ mod tests {
         std::fs::write(dir.join("event0"), bytes).unwrap();
         std::fs::write(dir.join("mice"), [0u8; 3]).unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        watch(dir.clone(), tx);
+        watch_power_button(dir.clone(), tx);
         let got = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await;
         assert_eq!(got.ok().flatten(), Some(()));
         let _ = std::fs::remove_dir_all(dir);
