@@ -1,7 +1,8 @@
 //! `/init` booted for real: a static talosbox binary, a hand-assembled initramfs (modules with
 //! their kmod indexes, the fixed module list, a squashfs root) and Debian's cloud kernel under
 //! QEMU TCG, asserting on the serial console. This is not the imager: it builds only what init
-//! reads, with host tools (mksquashfs, depmod, cpio, xz), to test init on its own.
+//! reads, with host tools (mksquashfs, depmod, cpio, xz), to test init on its own. The same
+//! kernel also shows that its own module requests reach the `modprobe` applet.
 //!
 //! Needs the kernel tree unpacked at `$TALOSBOX_KERNEL_ROOT` (default
 //! `/var/cache/talosbox/kernel-dev/root`, i.e. `dpkg -x` of the package `apt-cache depends
@@ -80,7 +81,7 @@ fn skip_reason() -> Option<String> {
                 .into(),
         );
     }
-    for tool in ["qemu-system-x86_64", "mksquashfs", "depmod", "cpio", "xz"] {
+    for tool in ["qemu-system-x86_64", "mksquashfs", "depmod", "cpio", "xz", "gcc"] {
         let found = Command::new("sh").args(["-c", &format!("command -v {tool}")]).output();
         if !found.is_ok_and(|o| o.status.success()) {
             return Some(format!("host tool {tool} missing (qemu-system-x86, squashfs-tools, kmod, cpio, xz-utils)"));
@@ -271,7 +272,7 @@ fn init_loads_modules_mounts_rootfs_and_execs_machined() {
             "[talosbox] init: module virtio_pci loaded",
             "[talosbox] init: module virtio_net loaded",
             " init modules: ",
-            "[talosbox] init: mounted /rootfs.sqsh read-only via /dev/loop",
+            " init rootfs mounted: /rootfs.sqsh read-only via /dev/loop",
             EXEC_LINE,
         ],
         &log_path,
@@ -308,4 +309,51 @@ fn init_refuses_to_run_outside_pid_1() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("init: runs only as PID 1"), "{err}");
+}
+
+/// The kernel asks for a module by itself (an xfs mount makes it request `fs-xfs`): with
+/// `/proc/sys/kernel/modprobe` pointing at the binary under the name `modprobe`, the request
+/// resolves through `modules.alias` and loads xfs with its dependency.
+#[test]
+fn the_kernels_module_requests_reach_modprobe() {
+    if skipped() {
+        return;
+    }
+    let k = kernel().expect("kernel present");
+    let work = target_dir().join("init-boot/modprobe");
+    let _ = std::fs::remove_dir_all(&work);
+    let ird = work.join("initramfs");
+    std::fs::create_dir_all(ird.join("sbin")).expect("sbin");
+    for d in ["proc", "sys", "dev"] {
+        std::fs::create_dir_all(ird.join(d)).expect("mount point");
+    }
+    std::fs::copy(static_binary(), ird.join("sbin/modprobe")).expect("the binary as modprobe");
+    let init_c = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/modprobe-init/init.c");
+    run(Command::new("gcc").args(["-static", "-O2", "-o"]).arg(ird.join("init")).arg(&init_c));
+    let src_mods = k.root.join("lib/modules").join(&k.version);
+    let index = ModuleIndex::load(&src_mods).expect("reading the kernel's module index");
+    let dst_mods = ird.join("lib/modules").join(&k.version);
+    for entry in index.closure(&["xfs".to_string()]).expect("xfs resolves") {
+        let dst = dst_mods.join(&entry.path);
+        std::fs::create_dir_all(dst.parent().expect("module path has a parent")).expect("module dir");
+        std::fs::copy(src_mods.join(&entry.path), &dst).expect("copying module");
+    }
+    run(Command::new("depmod").arg("-b").arg(&ird).arg(&k.version));
+    let out = work.join("initramfs.cpio");
+    let script = format!(
+        "cd '{}' && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --reproducible -R 0:0 --quiet > '{}'",
+        ird.display(),
+        out.display()
+    );
+    run(Command::new("sh").args(["-c", &script]));
+    let (log, exited, elapsed) = boot(&work, &out, None);
+    let log_path = work.join("serial.log");
+    println!("boot took {elapsed:?}, log {}", log_path.display());
+    assert!(exited, "the test init did not power off; see {}", log_path.display());
+    assert!(!log.contains("[modprobe-test] FAILED"), "see {}", log_path.display());
+    assert_lines_in_order(
+        &log,
+        &["[modprobe-test] xfs loaded by the kernel's request", "[modprobe-test] its dependency libcrc32c loaded"],
+        &log_path,
+    );
 }

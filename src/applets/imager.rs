@@ -46,6 +46,10 @@ struct Cli {
     /// libfaketime's libfaketimeMT.so.1 [default: Debian's libfaketime path].
     #[arg(long)]
     faketime_lib: Option<PathBuf>,
+    /// Carry this initramfs (cpio, zstd, xz, lz4 or gzip) instead of building the rootfs and the
+    /// initramfs: a custom init booted down every path (the boot bench's trivial init).
+    #[arg(long)]
+    initramfs: Option<PathBuf>,
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -82,7 +86,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             *slot = path;
         }
     }
-    let opts = imager::Options { profile: cli.profile, output: cli.output.clone(), binary, kernel, files };
+    let opts = imager::Options {
+        profile: cli.profile,
+        output: cli.output.clone(),
+        binary,
+        kernel,
+        files,
+        initramfs: cli.initramfs,
+    };
     let progress = imager::Progress::new();
     match imager::build(&opts, &progress) {
         Ok(report) => {

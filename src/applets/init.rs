@@ -99,7 +99,10 @@ fn boot(args: Vec<OsString>) -> Result<Infallible, InitError> {
         let device = loopdev::attach_read_only(Path::new(ROOTFS_IMAGE), Path::new("/dev")).map_err(InitError::Loop)?;
         let dev_name = device.path().display().to_string();
         mount::mount_spec(&mount::squashfs_ro(&dev_name, new_root)).map_err(InitError::RootMount)?;
-        say(format_args!("init: mounted {ROOTFS_IMAGE} read-only via {dev_name} on {NEW_ROOT}"));
+        say(format_args!(
+            "uptime {} init rootfs mounted: {ROOTFS_IMAGE} read-only via {dev_name} on {NEW_ROOT}",
+            uptime()
+        ));
         // `device` drops here, after the mount holds the loop device (autoclear trap).
     }
 

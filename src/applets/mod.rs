@@ -10,6 +10,7 @@ use std::process::ExitCode;
 pub mod imager;
 pub mod init;
 pub mod machined;
+pub mod modprobe;
 pub mod talosctl;
 
 /// An applet's entry point; `args[0]` is the name it was started as.
@@ -27,6 +28,7 @@ const APPLETS: &[(&str, Option<Main>)] = &[
     ("poweroff", Some(machined::poweroff)),
     ("reboot", Some(machined::reboot)),
     ("shutdown", Some(machined::shutdown)),
+    ("modprobe", Some(modprobe::main)),
 ];
 
 fn names() -> String {

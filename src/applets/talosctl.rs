@@ -81,13 +81,13 @@ struct CreateArgs {
     /// Directory holding the clusters' state (default ~/.talos/clusters).
     #[arg(long)]
     state: Option<PathBuf>,
-    /// Directory with the imager's output (vmlinuz, initramfs.xz, talosbox.efi, disk.raw).
+    /// Directory with the imager's output (vmlinuz, initramfs.zst, talosbox.efi, disk.raw).
     #[arg(long, default_value = "_out")]
     artifacts: PathBuf,
     /// Boot this kernel directly (default: the artifacts' vmlinuz).
     #[arg(long)]
     kernel: Option<PathBuf>,
-    /// The initramfs for direct boot (default: the artifacts' initramfs.xz).
+    /// The initramfs for direct boot (default: the artifacts' initramfs.zst, or .lz4, .xz, .gz, .cpio).
     #[arg(long)]
     initrd: Option<PathBuf>,
     /// Boot this UKI from a FAT ESP under OVMF (implies --with-uefi).

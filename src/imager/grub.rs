@@ -35,8 +35,9 @@ pub fn early_config(boot_label: &str) -> String {
     )
 }
 
-/// The grub.cfg on BOOT: entry A, and entry B when an upgrade has put files under /B.
-pub fn config(cmdline: &str, timeout: u32, title: &str) -> String {
+/// The grub.cfg on BOOT: entry A, and entry B when an upgrade has put files under /B; each
+/// slot holds `vmlinuz` and the initramfs named `initramfs`.
+pub fn config(cmdline: &str, timeout: u32, title: &str, initramfs: &str) -> String {
     let mut s = format!(
         "set default=0\n\
          set timeout={timeout}\n\
@@ -52,7 +53,7 @@ pub fn config(cmdline: &str, timeout: u32, title: &str) -> String {
              \x20 menuentry \"{slot} - {title}\" {{\n\
              \x20   set gfxpayload=text\n\
              \x20   linux /{slot}/vmlinuz {cmdline}\n\
-             \x20   initrd /{slot}/initramfs.xz\n\
+             \x20   initrd /{slot}/{initramfs}\n\
              \x20 }}\n\
              fi\n"
         ));
@@ -141,7 +142,7 @@ mod tests {
 
     #[test]
     fn config_golden() {
-        let cfg = config("console=ttyS0", 1, "talosbox 0.1.0");
+        let cfg = config("console=ttyS0", 1, "talosbox 0.1.0", "initramfs.zst");
         let want = "set default=0
 set timeout=1
 if [ \"${grub_platform}\" = \"pc\" ]; then
@@ -153,14 +154,14 @@ if [ -f /A/vmlinuz ]; then
   menuentry \"A - talosbox 0.1.0\" {
     set gfxpayload=text
     linux /A/vmlinuz console=ttyS0
-    initrd /A/initramfs.xz
+    initrd /A/initramfs.zst
   }
 fi
 if [ -f /B/vmlinuz ]; then
   menuentry \"B - talosbox 0.1.0\" {
     set gfxpayload=text
     linux /B/vmlinuz console=ttyS0
-    initrd /B/initramfs.xz
+    initrd /B/initramfs.zst
   }
 fi
 ";

@@ -7,6 +7,9 @@ pub use crate::hosttools::{HostError, Tool, command, find, require, run};
 
 pub const MKSQUASHFS: Tool = Tool { name: "mksquashfs", package: "squashfs-tools" };
 pub const XZ: Tool = Tool { name: "xz", package: "xz-utils" };
+pub const ZSTD: Tool = Tool { name: "zstd", package: "zstd" };
+pub const LZ4: Tool = Tool { name: "lz4", package: "lz4" };
+pub const GZIP: Tool = Tool { name: "gzip", package: "gzip" };
 pub const DEPMOD: Tool = Tool { name: "depmod", package: "kmod" };
 pub const MKFS_XFS: Tool = Tool { name: "mkfs.xfs", package: "xfsprogs" };
 pub const MKFS_FAT: Tool = Tool { name: "mkfs.fat", package: "dosfstools" };

@@ -336,6 +336,16 @@ pub struct Selection {
     pub by_alias: BTreeSet<String>,
 }
 
+/// One list of module names a selection starts from.
+#[derive(Debug, Clone, Copy)]
+pub struct Wanted<'a> {
+    /// The profile field, for errors (`modules.boot`).
+    pub field: &'static str,
+    pub names: &'a [String],
+    /// Whether these go on the image's load list.
+    pub load: bool,
+}
+
 /// Chooses modules: named ones, those whose alias matches a device modalias, and the
 /// dependency closure of all of them, from the texts of modules.dep/.alias/.builtin. The
 /// indexes are read and resolved by the same code init uses on the node.
@@ -343,7 +353,8 @@ pub fn select(
     dep: &str,
     alias: &str,
     builtin: &str,
-    profile: &super::profile::Modules,
+    wanted: &[Wanted<'_>],
+    device_modaliases: &[String],
     release: &str,
 ) -> Result<Selection, KernelError> {
     let dir = Path::new("/lib/modules").join(release);
@@ -351,21 +362,21 @@ pub fn select(
         .map_err(|e| KernelError::Tree { path: dir.clone(), message: e.to_string() })?;
     let mut sel = Selection::default();
     let mut roots: Vec<String> = Vec::new();
-    for (field, list, load) in [("modules.load", &profile.load, true), ("modules.include", &profile.include, false)] {
-        for name in list {
+    for w in wanted {
+        for name in w.names {
             if let Some(entry) = index.get(name) {
-                if load {
+                if w.load {
                     sel.load.push(stem(&entry.path));
                 }
                 roots.push(entry.name.clone());
             } else if index.is_builtin(name) {
                 sel.builtin.push(name.clone());
             } else {
-                return Err(KernelError::UnknownModule { name: name.clone(), field, release: release.into() });
+                return Err(KernelError::UnknownModule { name: name.clone(), field: w.field, release: release.into() });
             }
         }
     }
-    for modalias in &profile.device_modaliases {
+    for modalias in device_modaliases {
         // Aliases of built-in drivers name no module file: nothing to carry.
         for entry in index.match_alias(modalias).into_iter().filter_map(|m| index.get(m)) {
             sel.by_alias.insert(stem(&entry.path));
@@ -375,6 +386,34 @@ pub fn select(
     let closure = index.closure(&roots).map_err(|e| KernelError::Tree { path: dir.clone(), message: e.to_string() })?;
     sel.files = closure.iter().map(|e| e.path.to_string_lossy().into_owned()).collect();
     Ok(sel)
+}
+
+/// What the initramfs carries: the boot modules, which init loads, and their dependencies.
+pub fn boot_selection(
+    dep: &str,
+    alias: &str,
+    builtin: &str,
+    m: &super::profile::Modules,
+    release: &str,
+) -> Result<Selection, KernelError> {
+    select(dep, alias, builtin, &[Wanted { field: "modules.boot", names: &m.boot, load: true }], &[], release)
+}
+
+/// What the rootfs carries: every module of the profile (boot ones too, so its index is
+/// whole), with the load list machined loads at start.
+pub fn rootfs_selection(
+    dep: &str,
+    alias: &str,
+    builtin: &str,
+    m: &super::profile::Modules,
+    release: &str,
+) -> Result<Selection, KernelError> {
+    let wanted = [
+        Wanted { field: "modules.boot", names: &m.boot, load: false },
+        Wanted { field: "modules.load", names: &m.load, load: true },
+        Wanted { field: "modules.include", names: &m.include, load: false },
+    ];
+    select(dep, alias, builtin, &wanted, &m.device_modaliases, release)
 }
 
 #[cfg(test)]
@@ -398,7 +437,7 @@ alias acpi*:PNP0C0C:* button
 
     fn modules(load: &[&str], include: &[&str], aliases: &[&str]) -> Modules {
         let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
-        Modules { load: v(load), include: v(include), device_modaliases: v(aliases) }
+        Modules { boot: Vec::new(), load: v(load), include: v(include), device_modaliases: v(aliases) }
     }
 
     #[test]
@@ -430,7 +469,8 @@ alias acpi*:PNP0C0C:* button
             ),
         ];
         for (load, include, aliases, files, want_load) in cases {
-            let s = select(DEP, ALIAS, "kernel/fs/ext4/ext4.ko\n", &modules(load, include, aliases), "r").unwrap();
+            let s = rootfs_selection(DEP, ALIAS, "kernel/fs/ext4/ext4.ko\n", &modules(load, include, aliases), "r")
+                .unwrap();
             assert_eq!(s.files.iter().map(String::as_str).collect::<Vec<_>>(), *files, "{load:?} {aliases:?}");
             assert_eq!(s.load, *want_load);
         }
@@ -495,7 +535,25 @@ alias acpi*:PNP0C0C:* button
 
     #[test]
     fn unknown_module_is_named() {
-        let err = select(DEP, ALIAS, "", &modules(&["xfs"], &["nosuch"], &[]), "6.1").unwrap_err().to_string();
+        let err =
+            rootfs_selection(DEP, ALIAS, "", &modules(&["xfs"], &["nosuch"], &[]), "6.1").unwrap_err().to_string();
         assert_eq!(err, "module \"nosuch\" (profile modules.include) is neither a module nor built into kernel 6.1");
+    }
+
+    #[test]
+    fn the_initramfs_carries_only_the_boot_modules() {
+        let mut m = modules(&["failover"], &["xfs"], &["virtio:d00000001v00001AF4"]);
+        m.boot = vec!["xfs".into()];
+        let boot = boot_selection(DEP, ALIAS, "", &m, "r").unwrap();
+        assert_eq!(
+            boot.files.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["kernel/fs/xfs/xfs.ko", "kernel/lib/libcrc32c.ko"]
+        );
+        assert_eq!(boot.load, ["xfs"]);
+        let rootfs = rootfs_selection(DEP, ALIAS, "", &m, "r").unwrap();
+        assert!(
+            rootfs.files.contains("kernel/fs/xfs/xfs.ko") && rootfs.files.contains("kernel/drivers/net/virtio_net.ko")
+        );
+        assert_eq!(rootfs.load, ["failover"], "boot modules are not loaded twice");
     }
 }

@@ -18,34 +18,72 @@ pub struct Profile {
     /// Seconds GRUB shows its menu.
     #[serde(default)]
     pub grub_timeout: u32,
-    /// squashfs compression of the rootfs: `none` (the initramfs is xz-compressed
-    /// anyway), `gzip`, `xz` or `zstd`.
-    #[serde(default)]
+    /// Compression of the initramfs (the kernel unpacks it before `/init` runs, so its
+    /// decoder's speed is boot time): `lz4` (the default: the rootfs inside is compressed
+    /// already, and lz4 decodes fastest), `zstd`, `xz`, `gzip` or `none`. It names the file:
+    /// `initramfs.lz4`, `.zst`, `.xz`, `.gz`, `initramfs.cpio`.
+    #[serde(default = "lz4")]
+    pub initramfs_compression: Compression,
+    /// squashfs compression of the rootfs: `zstd` (the default: blocks are decompressed only
+    /// when read), `lz4`, `xz`, `gzip` or `none`.
+    #[serde(default = "zstd")]
     pub rootfs_compression: Compression,
     pub modules: Modules,
     pub disk: Disk,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+fn zstd() -> Compression {
+    Compression::Zstd
+}
+
+fn lz4() -> Compression {
+    Compression::Lz4
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
-    #[default]
     None,
     Gzip,
     Xz,
     Zstd,
+    Lz4,
 }
+
+impl Compression {
+    /// The initramfs file name for this compression.
+    pub fn initramfs_name(self) -> &'static str {
+        match self {
+            Compression::None => "initramfs.cpio",
+            Compression::Gzip => "initramfs.gz",
+            Compression::Xz => "initramfs.xz",
+            Compression::Zstd => "initramfs.zst",
+            Compression::Lz4 => "initramfs.lz4",
+        }
+    }
+}
+
+/// Every name an initramfs artifact can have, in the order a directory is searched.
+pub const INITRAMFS_NAMES: &[&str] =
+    &["initramfs.zst", "initramfs.lz4", "initramfs.xz", "initramfs.gz", "initramfs.cpio"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Modules {
-    /// Modules init always loads, in this order (written to `/etc/talosbox/modules`).
+    /// What init loads, in this order, before it mounts the root filesystem: the only modules
+    /// the initramfs carries (`/etc/talosbox/modules` there).
+    pub boot: Vec<String>,
+    /// What machined loads at start, besides the modules of the devices present (in the
+    /// rootfs, `/etc/talosbox/modules`).
+    #[serde(default)]
     pub load: Vec<String>,
-    /// Further modules carried in the initramfs but not loaded unconditionally.
+    /// Further modules carried in the rootfs, loaded when something asks for them (a
+    /// controller, or the kernel through the `modprobe` applet).
     #[serde(default)]
     pub include: Vec<String>,
     /// Modaliases of devices the image must drive (e.g. QEMU's); every module whose
-    /// `modules.alias` pattern matches one is carried too.
+    /// `modules.alias` pattern matches one is carried in the rootfs, and machined loads
+    /// those whose device is present.
     #[serde(default)]
     pub device_modaliases: Vec<String>,
 }
@@ -89,10 +127,17 @@ impl Profile {
         if p.cmdline.contains('\n') {
             return Err(invalid("cmdline", "must be one line"));
         }
-        if p.modules.load.is_empty() {
-            return Err(invalid("modules.load", "must name at least one module"));
+        if p.modules.boot.is_empty() {
+            return Err(invalid(
+                "modules.boot",
+                "must name the modules that mount the root filesystem (squashfs, loop)",
+            ));
         }
-        for (field, list) in [("modules.load", &p.modules.load), ("modules.include", &p.modules.include)] {
+        for (field, list) in [
+            ("modules.boot", &p.modules.boot),
+            ("modules.load", &p.modules.load),
+            ("modules.include", &p.modules.include),
+        ] {
             if let Some(bad) = list.iter().find(|m| !valid_module_name(m)) {
                 return Err(invalid(field, &format!("{bad:?} is not a module name")));
             }
@@ -129,6 +174,7 @@ mod tests {
 cmdline: console=ttyS0
 source-date-epoch: 1700000000
 modules:
+  boot: [squashfs, loop]
   load: [virtio_blk, dm-mod]
 disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
 ";
@@ -137,7 +183,11 @@ disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
     fn parses_the_minimal_profile() {
         let p = Profile::parse(Path::new("p.yaml"), GOOD).unwrap();
         assert_eq!(p.modules.load, ["virtio_blk", "dm-mod"]);
-        assert_eq!(p.rootfs_compression, Compression::None);
+        assert_eq!(p.modules.boot, ["squashfs", "loop"]);
+        assert_eq!(p.rootfs_compression, Compression::Zstd);
+        assert_eq!(p.initramfs_compression.initramfs_name(), "initramfs.lz4");
+        let zstd = Profile::parse(Path::new("p.yaml"), &format!("{GOOD}initramfs-compression: zstd\n")).unwrap();
+        assert_eq!(zstd.initramfs_compression.initramfs_name(), "initramfs.zst");
         assert_eq!(p.grub_timeout, 0);
     }
 
@@ -164,8 +214,9 @@ disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
             ("source-date-epoch: 1700000000", "source-date-epoch: soon", "source-date-epoch"),
             ("boot-mib: 1000", "boot-mib: 0", "disk.boot-mib"),
             ("efi-mib: 100", "efi-mib: 10", "disk.efi-mib"),
-            ("[virtio_blk, dm-mod]", "[]", "modules.load"),
+            ("[squashfs, loop]", "[]", "modules.boot"),
             ("[virtio_blk, dm-mod]", "['virtio blk']", "modules.load"),
+            ("source-date-epoch: 1700000000", "source-date-epoch: 1700000000\ninitramfs-compression: brotli", "brotli"),
             ("disk:", "disks:", "disks"),
         ];
         for (from, to, want) in cases {

@@ -13,3 +13,54 @@ pub mod loopdev;
 pub mod modules;
 pub mod mount;
 pub mod power;
+
+/// The resident set size of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`, or
+/// `/proc/self/status` for `None`).
+pub fn rss_kib(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/status"),
+        None => "/proc/self/status".to_string(),
+    };
+    parse_rss_kib(&std::fs::read_to_string(path).ok()?)
+}
+
+/// Memory in use on the machine in KiB: `MemTotal - MemAvailable` of `/proc/meminfo`.
+pub fn memory_used_kib() -> Option<u64> {
+    parse_memory_used_kib(&std::fs::read_to_string("/proc/meminfo").ok()?)
+}
+
+fn parse_memory_used_kib(meminfo: &str) -> Option<u64> {
+    let field = |name: &str| -> Option<u64> {
+        let line = meminfo.lines().find(|l| l.starts_with(name))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    field("MemTotal:")?.checked_sub(field("MemAvailable:")?)
+}
+
+fn parse_rss_kib(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut words = line.split_whitespace().skip(1);
+    let n = words.next()?.parse().ok()?;
+    (words.next() == Some("kB")).then_some(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rss_from_status() {
+        assert_eq!(parse_rss_kib("Name:\tx\nVmRSS:\t    8412 kB\nThreads: 3\n"), Some(8412));
+        assert_eq!(parse_rss_kib("Name:\tkthreadd\n"), None);
+        assert_eq!(parse_rss_kib("VmRSS:\t12 MB\n"), None);
+        assert!(rss_kib(None).is_some_and(|k| k > 0));
+    }
+
+    #[test]
+    fn used_memory_from_meminfo() {
+        let text = "MemTotal:        1000 kB\nMemFree:          200 kB\nMemAvailable:     700 kB\n";
+        assert_eq!(parse_memory_used_kib(text), Some(300));
+        assert_eq!(parse_memory_used_kib("MemTotal: 1000 kB\n"), None);
+        assert!(memory_used_kib().is_some());
+    }
+}

@@ -16,6 +16,8 @@
 //!
 //! In container mode "power off" and "reboot" both stop services and exit 0.
 
+pub mod modules;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub const CMDLINE_FILE: &str = "cmdline";
 
 /// How long a service gets between SIGTERM and SIGKILL.
 const SERVICE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long after the first settled stage the idle memory line is printed.
+const IDLE_MEMORY_AFTER: Duration = Duration::from_secs(10);
 
 #[derive(Debug, thiserror::Error)]
 pub enum MachinedError {
@@ -258,6 +262,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
 
     if *mode == Mode::Node {
+        modules::start();
         let (presses, mut pressed) = mpsc::unbounded_channel();
         crate::kernel::input::watch_power_button(PathBuf::from("/dev/input"), presses);
         let requests = requests.clone();
@@ -270,6 +275,16 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
             }
         });
     }
+
+    // The idle memory of machined and its services, once, on the console.
+    let mut settled = stage_rx.clone();
+    let watched = supervisor.clone();
+    tokio::spawn(async move {
+        if settled.wait_for(|s| matches!(s, MachineStage::Maintenance | MachineStage::Running)).await.is_ok() {
+            tokio::time::sleep(IDLE_MEMORY_AFTER).await;
+            console::line(&memory_line(&watched));
+        }
+    });
 
     for service in services {
         if let Err(e) = supervisor.start(service) {
@@ -313,6 +328,19 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     })
     .await;
     Ok(action)
+}
+
+/// `uptime <s> memory: machined rss <n> KiB, apid rss <n> KiB, …; machine in use <n> KiB`.
+fn memory_line(supervisor: &Supervisor) -> String {
+    let rss = |pid| crate::kernel::rss_kib(pid).map_or_else(|| "?".to_string(), |k| k.to_string());
+    let mut parts = vec![format!("machined rss {} KiB", rss(None))];
+    for s in supervisor.snapshot() {
+        if let Some(pid) = s.pid {
+            parts.push(format!("{} rss {} KiB", s.name, rss(Some(pid))));
+        }
+    }
+    let used = crate::kernel::memory_used_kib().map_or_else(|| "?".to_string(), |k| k.to_string());
+    format!("uptime {} memory: {}; machine in use {used} KiB", console::uptime(), parts.join(", "))
 }
 
 /// Prints `stage: <stage>` once per change of the machine status's stage (and the uptime on

@@ -168,7 +168,7 @@ mod tests {
     fn direct() -> Media {
         Media::Direct {
             kernel: "/src/_out/vmlinuz".into(),
-            initrd: "/src/_out/initramfs.xz".into(),
+            initrd: "/src/_out/initramfs.zst".into(),
             cmdline: crate::provision::boot::DEFAULT_CMDLINE.into(),
         }
     }

@@ -12,9 +12,10 @@ use super::ProvisionError;
 /// The kernel command line of the image profile; `--extra-kernel-args` is appended to it.
 pub const DEFAULT_CMDLINE: &str = "console=ttyS0,115200 printk.devkmsg=on talos.platform=metal";
 
-/// Artifact file names the imager writes.
+/// Artifact file names the imager writes (the initramfs is named for its compression:
+/// [`INITRAMFS_NAMES`]).
 pub const KERNEL: &str = "vmlinuz";
-pub const INITRD: &str = "initramfs.xz";
+pub use crate::imager::profile::INITRAMFS_NAMES;
 pub const UKI: &str = "talosbox.efi";
 pub const DISK: &str = "disk.raw";
 
@@ -102,7 +103,10 @@ pub fn resolve(req: &BootRequest, exists: &dyn Fn(&Path) -> bool) -> Result<Boot
         return Ok(BootPlan::Disk { image: require("disk image", image.clone(), exists, "")?, uefi: req.with_uefi });
     }
     let kernel = req.kernel.clone().unwrap_or_else(|| req.artifacts.join(KERNEL));
-    let initrd = req.initrd.clone().unwrap_or_else(|| req.artifacts.join(INITRD));
+    let initrd = req.initrd.clone().unwrap_or_else(|| {
+        let candidates = INITRAMFS_NAMES.iter().map(|n| req.artifacts.join(n));
+        candidates.clone().find(|p| exists(p)).unwrap_or_else(|| req.artifacts.join(INITRAMFS_NAMES[0]))
+    });
     let hint = if direct_flags { "" } else { build_hint };
     let kernel = require("kernel", kernel, exists, hint)?;
     let initrd = require("initramfs", initrd, exists, hint)?;
@@ -134,7 +138,7 @@ mod tests {
             plan,
             BootPlan::Direct {
                 kernel: "_out/vmlinuz".into(),
-                initrd: "_out/initramfs.xz".into(),
+                initrd: "_out/initramfs.zst".into(),
                 cmdline: DEFAULT_CMDLINE.into(),
                 uefi: false
             }
@@ -153,7 +157,14 @@ mod tests {
     fn kernel_flag_overrides_one_file_only() {
         let r = BootRequest { kernel: Some("/k".into()), ..req() };
         let BootPlan::Direct { kernel, initrd, .. } = resolve(&r, &all).unwrap() else { panic!("not direct") };
-        assert_eq!((kernel, initrd), (PathBuf::from("/k"), PathBuf::from("_out/initramfs.xz")));
+        assert_eq!((kernel, initrd), (PathBuf::from("/k"), PathBuf::from("_out/initramfs.zst")));
+    }
+
+    #[test]
+    fn the_initramfs_is_found_by_its_compression() {
+        let only_lz4 = |p: &Path| !p.to_string_lossy().ends_with(".zst");
+        let BootPlan::Direct { initrd, .. } = resolve(&req(), &only_lz4).unwrap() else { panic!("not direct") };
+        assert_eq!(initrd, PathBuf::from("_out/initramfs.lz4"));
     }
 
     #[test]

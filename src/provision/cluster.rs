@@ -401,8 +401,13 @@ pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(Stri
     Ok((record, status))
 }
 
-/// Presses every running node's power button (QMP `system_powerdown`) and waits until each QEMU
-/// has exited by itself, or `timeout`. Nodes still running afterwards are left to `stop_record`.
+/// How often the power button is pressed again while a node stays up: a press that comes
+/// before the guest's button driver is loaded is lost, as on real hardware.
+const PRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Presses every running node's power button (QMP `system_powerdown`), again every
+/// [`PRESS_EVERY`] while it runs, and waits until each QEMU has exited by itself, or `timeout`.
+/// Nodes still running afterwards are left to `stop_record`.
 fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(String)) {
     let start = Instant::now();
     let mut pending = Vec::new();
@@ -414,17 +419,25 @@ fn power_down(record: &ClusterRecord, timeout: Duration, step: &mut dyn FnMut(St
             Err(e) => step(format!("{}: pressing the power button over QMP failed: {e}", node.name)),
         }
     }
-    for (node, pid, qemu) in pending {
+    while !pending.is_empty() {
         let left = timeout.saturating_sub(start.elapsed());
-        if host::wait_gone(pid, &qemu, left) {
-            step(format!("{}: powered off by itself after {:.1} s", node.name, start.elapsed().as_secs_f64()));
-        } else {
-            step(format!(
-                "{}: still running {:.0} s after the power button; stopping it",
-                node.name,
-                timeout.as_secs_f64()
-            ));
+        let mut still = Vec::new();
+        for (node, pid, qemu) in pending {
+            if host::wait_gone(pid, &qemu, PRESS_EVERY.min(left)) {
+                step(format!("{}: powered off by itself after {:.1} s", node.name, start.elapsed().as_secs_f64()));
+            } else if start.elapsed() >= timeout {
+                step(format!(
+                    "{}: still running {:.0} s after the power button; stopping it",
+                    node.name,
+                    timeout.as_secs_f64()
+                ));
+            } else {
+                // Pressed too early, or missed: press again.
+                let _ = host::qmp(&node.qmp_socket, "system_powerdown");
+                still.push((node, pid, qemu));
+            }
         }
+        pending = still;
     }
 }
 
