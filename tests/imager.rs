@@ -145,6 +145,11 @@ fn imager_builds_reproducible_bootable_artifacts() {
     std::fs::create_dir_all(base.join("tree")).unwrap();
     sh(&format!("cp -r {}/lib/modules/{release} {}", unpacked.display(), tree.display()));
     sh(&format!("rm {}/modules.dep {}/modules.dep.bin", tree.display(), tree.display()));
+    // Some modules compressed as nixpkgs ships them: the imager carries them as they are.
+    sh(&format!(
+        "cd {} && xz --check=crc32 kernel/fs/squashfs/squashfs.ko kernel/drivers/block/loop.ko kernel/fs/xfs/xfs.ko",
+        tree.display()
+    ));
     let c = base.join("by-path");
     let vmlinuz = unpacked.join(format!("boot/vmlinuz-{release}"));
     build(&c, &["--kernel", vmlinuz.to_str().unwrap(), "--modules", tree.to_str().unwrap(), "--binary", "/bin/true"]);
@@ -165,6 +170,17 @@ fn imager_builds_reproducible_bootable_artifacts() {
     let entries_c = sh(&format!("lz4 -dc {} | cpio -t --quiet", c.join("initramfs.lz4").display()));
     assert!(entries_c.lines().any(|l| l.ends_with("libc.so.6")), "libc missing from the initramfs");
     assert!(entries_c.lines().any(|l| l == format!("lib/modules/{release}/modules.dep")));
+    assert!(
+        entries_c.lines().any(|l| l == format!("lib/modules/{release}/kernel/fs/squashfs/squashfs.ko.xz")),
+        "the compressed boot module is missing from the initramfs"
+    );
+    let rootfs_c = sh(&format!("unsquashfs -l {}", c.join("rootfs.sqsh").display()));
+    assert!(
+        rootfs_c.lines().any(|l| l == format!("squashfs-root/lib/modules/{release}/kernel/fs/xfs/xfs.ko.xz")),
+        "the compressed xfs module is missing from the rootfs"
+    );
+    let dep_c = sh(&format!("unsquashfs -cat {} lib/modules/{release}/modules.dep", c.join("rootfs.sqsh").display()));
+    assert!(dep_c.contains("kernel/fs/xfs/xfs.ko.xz: kernel/lib/libcrc32c.ko"), "depmod did not index it:\n{dep_c}");
 
     std::fs::remove_dir_all(&base).unwrap();
 }

@@ -135,6 +135,8 @@ fn run(cmd: &mut Command) {
 enum Rootfs {
     Good,
     Corrupt,
+    /// Good, with every module xz-compressed (`.ko.xz`, as nixpkgs ships them).
+    XzModules,
 }
 
 /// Assembles `<work>/initramfs.xz` and returns its path.
@@ -168,12 +170,17 @@ fn build_initramfs(work: &Path, rootfs: Rootfs) -> PathBuf {
     for f in ["modules.order", "modules.builtin", "modules.builtin.modinfo"] {
         std::fs::copy(src_mods.join(f), dst_mods.join(f)).expect("copying module metadata");
     }
+    if rootfs == Rootfs::XzModules {
+        // xz replaces each .ko with .ko.xz; depmod then indexes the compressed names.
+        let script = format!("find '{}' -name '*.ko' -exec xz --check=crc32 {{}} +", dst_mods.display());
+        run(Command::new("sh").args(["-c", &script]));
+    }
     run(Command::new("depmod").arg("-b").arg(&ird).arg(&k.version));
     std::fs::create_dir_all(ird.join("etc/talosbox")).expect("etc/talosbox");
     std::fs::write(ird.join("etc/talosbox/modules"), FIXED.join("\n") + "\n").expect("fixed list");
     std::fs::copy(&bin, ird.join("init")).expect("copying /init");
     match rootfs {
-        Rootfs::Good => run(Command::new("mksquashfs").arg(&root).arg(ird.join("rootfs.sqsh")).args([
+        Rootfs::Good | Rootfs::XzModules => run(Command::new("mksquashfs").arg(&root).arg(ird.join("rootfs.sqsh")).args([
             "-noappend",
             "-all-root",
             "-quiet",
@@ -272,6 +279,38 @@ fn init_loads_modules_mounts_rootfs_and_execs_machined() {
             "[talosbox] init: module virtio_pci loaded",
             "[talosbox] init: module virtio_net loaded",
             " init modules: ",
+            " init rootfs mounted: /rootfs.sqsh read-only via /dev/loop",
+            EXEC_LINE,
+        ],
+        &log_path,
+    );
+    assert!(!log.contains("init: FAILED"), "init failed; see {}", log_path.display());
+}
+
+/// The same boot from a module tree compressed as nixpkgs ships it (`.ko.xz`, a kernel
+/// without in-kernel decompression): init decompresses each module itself.
+#[test]
+fn init_loads_xz_compressed_modules() {
+    if skipped() {
+        return;
+    }
+    let work = target_dir().join("init-boot/xz-modules");
+    let initramfs = build_initramfs(&work, Rootfs::XzModules);
+    let listing = std::fs::read_to_string(
+        work.join("initramfs/lib/modules").join(kernel().expect("kernel").version).join("modules.dep"),
+    )
+    .expect("modules.dep");
+    assert!(listing.contains("squashfs.ko.xz:"), "the tree is not compressed:\n{listing}");
+    let (log, _, elapsed) = boot(&work, &initramfs, Some(EXEC_LINE));
+    let log_path = work.join("serial.log");
+    println!("boot took {elapsed:?}, log {}", log_path.display());
+    assert_lines_in_order(
+        &log,
+        &[
+            " init start",
+            "[talosbox] init: module squashfs loaded",
+            "[talosbox] init: module loop loaded",
+            "[talosbox] init: module virtio_net loaded",
             " init rootfs mounted: /rootfs.sqsh read-only via /dev/loop",
             EXEC_LINE,
         ],

@@ -374,15 +374,64 @@ pub enum LoadOutcome {
     AlreadyLoaded,
 }
 
-/// Loads one module file with `finit_module` (no parameters). `EEXIST` means it was already in.
+/// How a module file is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleCompression {
+    None,
+    /// `.ko.xz`, as nixpkgs ships them.
+    Xz,
+    /// `.ko.zst` and `.ko.gz`: named, not decompressed here.
+    Unsupported(&'static str),
+}
+
+impl ModuleCompression {
+    pub fn of(path: &Path) -> Self {
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("xz") => ModuleCompression::Xz,
+            Some("zst") => ModuleCompression::Unsupported("zstd"),
+            Some("gz") => ModuleCompression::Unsupported("gzip"),
+            _ => ModuleCompression::None,
+        }
+    }
+}
+
+/// Decompresses an xz module image in memory.
+pub fn unxz(data: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(data.len() * 4);
+    lzma_rs::xz_decompress(&mut std::io::BufReader::new(data), &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// Loads one module file (no parameters): a plain `.ko` with `finit_module`, a `.ko.xz`
+/// decompressed here and passed with `init_module` (kernels without in-kernel module
+/// decompression, Debian's among them, cannot take it compressed). `EEXIST` means it was
+/// already in.
 pub fn load_module(dir: &Path, name: &str, rel_path: &Path) -> Result<LoadOutcome, ModuleError> {
     let path = dir.join(rel_path);
-    let file = std::fs::File::open(&path).map_err(|source| ModuleError::Open {
-        name: name.to_string(),
-        path: path.clone(),
-        source,
-    })?;
-    match rustix::system::finit_module(&file, c"", 0) {
+    let open_err = |source| ModuleError::Open { name: name.to_string(), path: path.clone(), source };
+    let loaded = match ModuleCompression::of(&path) {
+        ModuleCompression::None => {
+            let file = std::fs::File::open(&path).map_err(open_err)?;
+            rustix::system::finit_module(&file, c"", 0)
+        }
+        ModuleCompression::Xz => {
+            let data = std::fs::read(&path).map_err(open_err)?;
+            let image = unxz(&data).map_err(|e| ModuleError::Load {
+                name: name.to_string(),
+                path: path.clone(),
+                source: std::io::Error::other(format!("decompressing xz: {e}")),
+            })?;
+            rustix::system::init_module(&image, c"")
+        }
+        ModuleCompression::Unsupported(how) => {
+            return Err(ModuleError::Load {
+                name: name.to_string(),
+                path,
+                source: std::io::Error::other(format!("{how}-compressed modules are not supported (use .ko or .ko.xz)")),
+            });
+        }
+    };
+    match loaded {
         Ok(()) => Ok(LoadOutcome::Loaded),
         Err(rustix::io::Errno::EXIST) => Ok(LoadOutcome::AlreadyLoaded),
         Err(e) => Err(ModuleError::Load { name: name.to_string(), path, source: e.into() }),
@@ -872,6 +921,33 @@ alias net-pf-99 not_in_this_image
                 strings(&["virtio_net"]),
             ]
         );
+    }
+
+    #[test]
+    fn xz_modules_decompress_and_others_are_named() {
+        let plain = b"\x7fELF pretend module body".repeat(50);
+        let mut xz = std::process::Command::new("xz")
+            .args(["--check=crc32", "-c"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("xz (xz-utils) for the test");
+        use std::io::Write;
+        xz.stdin.take().unwrap().write_all(&plain).unwrap();
+        let out = xz.wait_with_output().unwrap();
+        assert_eq!(unxz(&out.stdout).unwrap(), plain);
+        assert!(unxz(b"not xz").is_err());
+        let cases = [
+            ("a/x.ko", ModuleCompression::None),
+            ("a/x.ko.xz", ModuleCompression::Xz),
+            ("a/x.ko.zst", ModuleCompression::Unsupported("zstd")),
+            ("a/x.ko.gz", ModuleCompression::Unsupported("gzip")),
+        ];
+        for (p, want) in cases {
+            assert_eq!(ModuleCompression::of(Path::new(p)), want, "{p}");
+        }
+        let err = load_module(Path::new("/nonexistent"), "x", Path::new("x.ko.zst")).unwrap_err();
+        assert!(err.to_string().contains("zstd-compressed modules are not supported"), "{err}");
     }
 
     #[test]
