@@ -99,6 +99,12 @@ struct CreateArgs {
     /// Boot with OVMF (UEFI) instead of SeaBIOS.
     #[arg(long)]
     with_uefi: bool,
+    /// OVMF's code image for UEFI boots.
+    #[arg(long, default_value = crate::provision::argv::OVMF_CODE)]
+    ovmf_code: PathBuf,
+    /// OVMF's variable-store template for UEFI boots (each node gets a copy).
+    #[arg(long, default_value = crate::provision::argv::OVMF_VARS)]
+    ovmf_vars: PathBuf,
     /// Give every node a TPM 2.0 (one swtpm per node).
     #[arg(long)]
     with_tpm: bool,
@@ -186,6 +192,7 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
         with_tpm: a.with_tpm,
         accel: a.accel,
         disk_mib: a.disk_size,
+        ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code, vars: a.ovmf_vars },
     };
     let created = match crate::provision::create(&opts, &mut |line| println!("  {line}")) {
         Ok(c) => c,

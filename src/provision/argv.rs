@@ -30,8 +30,9 @@ pub struct NodeLaunch {
     pub memory_mib: u32,
     pub cpus: u32,
     pub media: Media,
-    /// The node's own copy of the OVMF variable store; `None` boots SeaBIOS.
-    pub ovmf_vars: Option<PathBuf>,
+    /// OVMF's code image (read-only) and the node's own copy of its variable store; `None`
+    /// boots SeaBIOS.
+    pub ovmf: Option<(PathBuf, PathBuf)>,
     pub api_port: u16,
     pub api_mac: Mac,
     pub lan: Mcast,
@@ -77,8 +78,8 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     push(&["-serial", &format!("file:{}", n.serial_log.to_string_lossy())]);
     push(&["-qmp", &format!("unix:{},server=on,wait=off", opt(&n.qmp_socket))]);
     push(&["-daemonize", "-pidfile", &qemu_pid_arg(&n.pid_file)]);
-    if let Some(vars) = &n.ovmf_vars {
-        push(&["-drive", &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}")]);
+    if let Some((code, vars)) = &n.ovmf {
+        push(&["-drive", &format!("if=pflash,format=raw,unit=0,readonly=on,file={}", opt(code))]);
         push(&["-drive", &format!("if=pflash,format=raw,unit=1,file={}", opt(vars))]);
     }
     match &n.media {
@@ -152,7 +153,7 @@ mod tests {
             memory_mib: 1024,
             cpus: 2,
             media,
-            ovmf_vars: uefi.then(|| dir.join("dev-controlplane-1.vars.fd")),
+            ovmf: uefi.then(|| (PathBuf::from(OVMF_CODE), dir.join("dev-controlplane-1.vars.fd"))),
             api_port: 40123,
             api_mac: mac("dev", Nic::Api, 0),
             lan: mcast("dev", &[]),

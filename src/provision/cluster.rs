@@ -44,6 +44,22 @@ pub struct CreateOptions {
     pub accel: String,
     /// Size of each node's empty data disk in MiB; 0 gives nodes no data disk.
     pub disk_mib: u64,
+    /// OVMF's code image and variable-store template, for UEFI boots.
+    pub ovmf: Firmware,
+}
+
+/// The UEFI firmware: code (read-only) and the variable-store template each node copies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Firmware {
+    pub code: PathBuf,
+    pub vars: PathBuf,
+}
+
+impl Default for Firmware {
+    /// Debian's `ovmf` package.
+    fn default() -> Self {
+        Firmware { code: argv::OVMF_CODE.into(), vars: argv::OVMF_VARS.into() }
+    }
 }
 
 /// What `create` made.
@@ -121,9 +137,10 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     if matches!(plan, BootPlan::Uki { .. }) {
         tools.extend([host::MKFS_FAT, host::MMD, host::MCOPY]);
     }
-    let firmware: &[(&str, &'static str)] =
-        if plan.uefi() { &[(argv::OVMF_CODE, "ovmf"), (argv::OVMF_VARS, "ovmf")] } else { &[] };
-    host::check_tools(&tools, firmware)?;
+    let (code, vars) = (opts.ovmf.code.to_string_lossy(), opts.ovmf.vars.to_string_lossy());
+    let firmware: Vec<(&str, &'static str)> =
+        if plan.uefi() { vec![(code.as_ref(), "ovmf"), (vars.as_ref(), "ovmf")] } else { Vec::new() };
+    host::check_tools(&tools, &firmware)?;
 
     if dir.to_str().is_none() {
         return Err(ProvisionError::NonUtf8Path { path: dir });
@@ -159,7 +176,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             memory_mib: opts.memory_mib,
             cpus: opts.cpus,
             media: media.clone(),
-            ovmf_vars: plan.uefi().then(|| dir.join(format!("{name}.vars.fd"))),
+            ovmf: plan.uefi().then(|| (opts.ovmf.code.clone(), dir.join(format!("{name}.vars.fd")))),
             api_port: *port,
             api_mac: alloc::mac(&opts.name, Nic::Api, i),
             lan,
@@ -207,7 +224,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         return Err(e);
     }
 
-    let started = start_all(&dir, &plan, &launches, opts.disk_mib, step);
+    let started = start_all(&dir, &plan, &launches, opts.disk_mib, &opts.ovmf.vars, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
         let survivors = stop_record(&record, &STOPPING, &mut |_| {});
@@ -232,6 +249,7 @@ fn start_all(
     plan: &BootPlan,
     launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
     disk_mib: u64,
+    vars_template: &Path,
     step: &mut dyn FnMut(String),
 ) -> Result<(), ProvisionError> {
     if let BootPlan::Uki { uki } = plan {
@@ -240,8 +258,8 @@ fn start_all(
         host::build_esp(uki, &esp)?;
     }
     for (node, tpm) in launches {
-        if let Some(vars) = &node.ovmf_vars {
-            std::fs::copy(argv::OVMF_VARS, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
+        if let Some((_, vars)) = &node.ovmf {
+            std::fs::copy(vars_template, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
         }
         if let Some(disk) = &node.data_disk {
             // Sparse: the host spends space only for what the node writes.
