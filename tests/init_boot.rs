@@ -180,12 +180,10 @@ fn build_initramfs(work: &Path, rootfs: Rootfs) -> PathBuf {
     std::fs::write(ird.join("etc/talosbox/modules"), FIXED.join("\n") + "\n").expect("fixed list");
     std::fs::copy(&bin, ird.join("init")).expect("copying /init");
     match rootfs {
-        Rootfs::Good | Rootfs::XzModules => run(Command::new("mksquashfs").arg(&root).arg(ird.join("rootfs.sqsh")).args([
-            "-noappend",
-            "-all-root",
-            "-quiet",
-            "-no-progress",
-        ])),
+        Rootfs::Good | Rootfs::XzModules => run(Command::new("mksquashfs")
+            .arg(&root)
+            .arg(ird.join("rootfs.sqsh"))
+            .args(["-noappend", "-all-root", "-quiet", "-no-progress"])),
         Rootfs::Corrupt => std::fs::write(ird.join("rootfs.sqsh"), vec![0x5a; 64 * 1024]).expect("junk rootfs"),
     }
     let out = work.join("initramfs.xz");

@@ -1,0 +1,177 @@
+# The stand-in package set. Every derivation runs the host's bash with the host's PATH (the
+# sandbox must be off); a tool is its host binaries linked into $out/bin.
+let
+  system = "x86_64-linux";
+  lib = import ./lib.nix;
+  hostPath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+
+  mkDerivation =
+    {
+      name,
+      script,
+      nativeBuildInputs ? [ ],
+      passthru ? { },
+      ...
+    }@attrs:
+    let
+      env = removeAttrs attrs [
+        "script"
+        "nativeBuildInputs"
+        "passthru"
+        "meta"
+      ];
+      drv = derivation (
+        env
+        // {
+          inherit system;
+          builder = "/bin/bash";
+          args = [
+            "-euc"
+            script
+          ];
+          PATH = lib.makeBinPath nativeBuildInputs + ":" + hostPath;
+        }
+      );
+    in
+    drv // passthru // { meta = attrs.meta or { }; };
+
+  runCommand =
+    name: env: script:
+    mkDerivation (env // { inherit name script; });
+
+  # A host tool: its binaries (absolute paths) linked into $out/bin.
+  hostTool =
+    name: binaries:
+    runCommand name { } ''
+      mkdir -p $out/bin
+      for b in ${builtins.concatStringsSep " " binaries}; do
+        [ -e "$b" ] || { echo "stand-in ${name}: host binary $b is missing" >&2; exit 1; }
+        ln -s "$b" $out/bin/
+      done
+    '';
+
+  # Debian's cloud kernel, unpacked by the imager into its cache (tests/run does that first).
+  kernel = runCommand "linux-debian-cloud" { } ''
+    tree=$(ls -d /var/cache/talosbox/kernel/*/ 2>/dev/null | head -1)
+    [ -n "$tree" ] || { echo "stand-in kernel: no unpacked kernel under /var/cache/talosbox/kernel" >&2; exit 1; }
+    mkdir -p $out/lib/modules
+    ln -s "$tree"boot/vmlinuz-* $out/bzImage
+    for m in "$tree"lib/modules/*; do ln -s "$m" $out/lib/modules/; done
+  '';
+
+  # Debian's cargo with the crates cached on this machine, offline; glibc static (no musl here).
+  buildRustPackage =
+    {
+      pname,
+      version,
+      src,
+      doCheck ? true,
+      cargoTestFlags ? [ ],
+      ...
+    }:
+    runCommand "${pname}-${version}" { } ''
+      export HOME=/root CARGO_HOME=''${CARGO_HOME:-/root/.cargo}
+      export CARGO_TARGET_DIR=/var/cache/talosbox/target-nix
+      export PATH="$CARGO_HOME/bin:$PATH"
+      cp -r ${src} "$TMPDIR/src" && chmod -R u+w "$TMPDIR/src" && cd "$TMPDIR/src"
+      ${
+        if doCheck then
+          ''
+            cargo test --offline --locked ${builtins.concatStringsSep " " cargoTestFlags}
+            mkdir -p $out
+            echo passed > $out/result
+          ''
+        else
+          ''
+            RUSTFLAGS="-C target-feature=+crt-static" cargo build --offline --locked --release \
+              --target x86_64-unknown-linux-gnu --bin talosbox
+            mkdir -p $out/bin
+            cp "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/talosbox" $out/bin/
+          ''
+      }
+    '';
+  rustPlatform = { inherit buildRustPackage; };
+
+  ovmf = runCommand "OVMF-debian" { } ''
+    mkdir -p $out/FV
+    ln -s /usr/share/OVMF/OVMF_CODE_4M.fd $out/FV/OVMF_CODE.fd
+    ln -s /usr/share/OVMF/OVMF_VARS_4M.fd $out/FV/OVMF_VARS.fd
+  '';
+in
+{
+  inherit lib runCommand rustPlatform;
+  pkgsStatic = { inherit rustPlatform; };
+
+  writeShellScriptBin =
+    name: text:
+    runCommand name { } ''
+      mkdir -p $out/bin
+      cat > $out/bin/${name} <<'TALOSBOX_STUB_EOF'
+      #!/bin/bash
+      ${text}
+      TALOSBOX_STUB_EOF
+      chmod +x $out/bin/${name}
+    '';
+
+  mkShell =
+    {
+      packages ? [ ],
+      ...
+    }:
+    runCommand "shell" { nativeBuildInputs = packages; } "echo $PATH > $out";
+
+  linuxPackages = { inherit kernel; };
+
+  systemd = runCommand "systemd-debian" { } ''
+    mkdir -p $out/lib/systemd/boot/efi
+    ln -s /usr/lib/systemd/boot/efi/linuxx64.efi.stub $out/lib/systemd/boot/efi/
+  '';
+
+  grub2 = runCommand "grub-debian-pc" { } ''
+    mkdir -p $out/lib/grub $out/bin
+    ln -s /usr/lib/grub/i386-pc $out/lib/grub/
+    ln -s /usr/bin/grub-mkimage $out/bin/
+  '';
+  grub2_efi = runCommand "grub-debian-efi" { } ''
+    mkdir -p $out/lib/grub
+    ln -s /usr/lib/grub/x86_64-efi $out/lib/grub/
+  '';
+
+  OVMF = ovmf // {
+    firmware = "${ovmf}/FV/OVMF_CODE.fd";
+    variables = "${ovmf}/FV/OVMF_VARS.fd";
+  };
+
+  libfaketime = runCommand "libfaketime-debian" { } ''
+    mkdir -p $out/lib
+    ln -s /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 $out/lib/
+  '';
+
+  squashfsTools = hostTool "squashfs-tools" [
+    "/usr/bin/mksquashfs"
+    "/usr/bin/unsquashfs"
+  ];
+  xfsprogs = hostTool "xfsprogs" [ "/usr/sbin/mkfs.xfs" ];
+  dosfstools = hostTool "dosfstools" [ "/usr/sbin/mkfs.fat" ];
+  mtools = hostTool "mtools" [
+    "/usr/bin/mmd"
+    "/usr/bin/mcopy"
+  ];
+  kmod = hostTool "kmod" [ "/usr/sbin/depmod" ];
+  lz4 = hostTool "lz4" [ "/usr/bin/lz4" ];
+  zstd = hostTool "zstd" [ "/usr/bin/zstd" ];
+  xz = hostTool "xz" [ "/usr/bin/xz" ];
+  cpio = hostTool "cpio" [ "/usr/bin/cpio" ];
+  qemu = hostTool "qemu" [ "/usr/bin/qemu-system-x86_64" ];
+  swtpm = hostTool "swtpm" [ "/usr/bin/swtpm" ];
+  coreutils = hostTool "coreutils" [ "/usr/bin/timeout" ];
+  cargo = hostTool "cargo" [ "/root/.cargo/bin/cargo" ];
+  rustc = hostTool "rustc" [ "/root/.cargo/bin/rustc" ];
+  clippy = hostTool "clippy" [ "/root/.cargo/bin/cargo-clippy" ];
+  rustfmt = hostTool "rustfmt" [ "/root/.cargo/bin/rustfmt" ];
+  nixfmt-rfc-style = runCommand "nixfmt-stand-in" { } ''
+    mkdir -p $out/bin
+    printf '#!/bin/sh\necho "the stand-in nixpkgs has no nixfmt: use the real nixpkgs" >&2\nexit 1\n' > $out/bin/nixfmt
+    chmod +x $out/bin/nixfmt
+  '';
+}
