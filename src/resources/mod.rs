@@ -1,7 +1,10 @@
 //! Typed resource specs, per domain, under Talos's type names. Plain data: nothing here
 //! reads a file or talks to the kernel.
 
+pub mod config;
+mod pem;
 pub mod runtime;
+pub mod secrets;
 
 use crate::cosi::{Registry, RegistryError};
 
@@ -9,5 +12,7 @@ use crate::cosi::{Registry, RegistryError};
 pub fn registry() -> Result<Registry, RegistryError> {
     let mut registry = Registry::new();
     runtime::register(&mut registry)?;
+    config::register(&mut registry)?;
+    secrets::register(&mut registry)?;
     Ok(registry)
 }

@@ -252,6 +252,52 @@ impl ResourceSpec for Service {
     }
 }
 
+/// How apid serves, id `apid` (Talos's `APIServiceConfig`): where it listens, and in
+/// maintenance mode server-side TLS only, no forwarding, everyone a reader.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiServiceConfig {
+    pub listen_address: String,
+    pub node_routing_disabled: bool,
+    pub readonly_role_mode: bool,
+    pub skip_verifying_client_cert: bool,
+}
+
+impl ApiServiceConfig {
+    pub const ID: &'static str = "apid";
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ApiServiceConfigWire {
+    #[prost(string, tag = "1")]
+    listen_address: String,
+    #[prost(bool, tag = "2")]
+    node_routing_disabled: bool,
+    #[prost(bool, tag = "3")]
+    readonly_role_mode: bool,
+    #[prost(bool, tag = "4")]
+    skip_verifying_client_cert: bool,
+}
+
+impl ResourceSpec for ApiServiceConfig {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "APIServiceConfigs.runtime.talos.dev",
+        aliases: &[],
+        default_namespace: NAMESPACE,
+        print_columns: &[],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+
+    fn to_proto(&self) -> Option<Vec<u8>> {
+        Some(prost::Message::encode_to_vec(&ApiServiceConfigWire {
+            listen_address: self.listen_address.clone(),
+            node_routing_disabled: self.node_routing_disabled,
+            readonly_role_mode: self.readonly_role_mode,
+            skip_verifying_client_cert: self.skip_verifying_client_cert,
+        }))
+    }
+}
+
 /// Registers the runtime namespace and every runtime type.
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.add_namespace(NAMESPACE, "Talos runtime.")?;
@@ -261,6 +307,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<MachineConfigStatus>()?;
     registry.register::<ShutdownRequest>()?;
     registry.register::<Service>()?;
+    registry.register::<ApiServiceConfig>()?;
     Ok(())
 }
 

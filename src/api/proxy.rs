@@ -1,0 +1,305 @@
+//! apid's transparent proxy: one gRPC call in, the same call out to the local machined socket
+//! or another node's apid, frames relayed without decoding.
+//!
+//! Because nothing here knows a message type, a new RPC works through apid the day machined
+//! serves it. What apid does touch is metadata: routing keys are consumed (`node`, `nodes`),
+//! the caller's roles are asserted in `talos-role` (an incoming `talos-role` is believed only
+//! from an `os:impersonator`, i.e. another control plane's apid), and a forwarded call carries
+//! `proxyfrom` so the next apid answers it locally. Request messages are limited in size at
+//! their 5-byte header, so an oversized one is refused, never buffered.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::{Request, Response, Uri};
+use http_body_util::BodyExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use hyper::body::Incoming;
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::sync::Mutex;
+use tonic::Code;
+
+use super::grpc_body::GuardedBody;
+use super::router::{self, LocalTargets, Route, keys};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body apid sends either way: relayed frames or an error's empty body.
+pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Talos's gRPC message size limit (32 MiB), for requests relayed through apid.
+pub const MAX_MESSAGE_SIZE: u64 = 32 << 20;
+/// apid's port, where a `node` without a port is dialled.
+pub const APID_PORT: u16 = 50000;
+
+/// Who is calling, as apid's TLS termination established it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Caller {
+    /// Roles from the verified client certificate's Subject Organization.
+    pub roles: Vec<String>,
+}
+
+impl Caller {
+    fn is_impersonator(&self) -> bool {
+        self.roles.iter().any(|r| r == IMPERSONATOR)
+    }
+}
+
+const IMPERSONATOR: &str = "os:impersonator";
+const READER: &str = "os:reader";
+
+/// How apid treats callers' identities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoleMode {
+    /// Roles come from the client certificate (and from `talos-role` for impersonators).
+    Certificate,
+    /// Maintenance mode: nobody has a client certificate; everyone is `os:reader`.
+    ReadOnly,
+}
+
+/// Dials another node's apid: TLS (with this node's impersonator client certificate) over TCP.
+#[async_trait::async_trait]
+pub trait RemoteDialer: Send + Sync {
+    async fn dial(&self, target: &str) -> Result<SendRequest<ProxyBody>, BoxError>;
+}
+
+/// The proxy of one apid.
+pub struct Proxy {
+    local: Backend,
+    remote: Option<Arc<dyn RemoteDialer>>,
+    remotes: Mutex<HashMap<String, SendRequest<ProxyBody>>>,
+    local_targets: Arc<dyn LocalTargets + Send + Sync>,
+    role_mode: RoleMode,
+    limit: u64,
+}
+
+/// The local machined socket, one multiplexed HTTP/2 connection, redialled when it breaks.
+struct Backend {
+    socket: PathBuf,
+    conn: Mutex<Option<SendRequest<ProxyBody>>>,
+}
+
+impl Backend {
+    async fn sender(&self) -> Result<SendRequest<ProxyBody>, BoxError> {
+        let mut conn = self.conn.lock().await;
+        if let Some(c) = conn.as_ref()
+            && !c.is_closed()
+        {
+            return Ok(c.clone());
+        }
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|e| format!("connecting to machined at {}: {e}", self.socket.display()))?;
+        let sender = handshake(stream).await?;
+        *conn = Some(sender.clone());
+        Ok(sender)
+    }
+}
+
+/// An HTTP/2 client handshake over `io`, its connection driven by a task of its own.
+pub async fn handshake<I>(io: I) -> Result<SendRequest<ProxyBody>, BoxError>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(65535 * 32)
+        .initial_connection_window_size(65535 * 16)
+        .handshake(TokioIo::new(io))
+        .await?;
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!("proxied connection ended: {e}");
+        }
+    });
+    Ok(sender)
+}
+
+impl Proxy {
+    /// A proxy to machined at `socket`; `remote` dials other nodes (`None`: forwarding disabled).
+    pub fn new(
+        socket: PathBuf,
+        remote: Option<Arc<dyn RemoteDialer>>,
+        local_targets: Arc<dyn LocalTargets + Send + Sync>,
+        role_mode: RoleMode,
+    ) -> Self {
+        Proxy {
+            local: Backend { socket, conn: Mutex::new(None) },
+            remote,
+            remotes: Mutex::new(HashMap::new()),
+            local_targets,
+            role_mode,
+            limit: MAX_MESSAGE_SIZE,
+        }
+    }
+
+    /// Lowers the request message limit (tests).
+    pub fn with_limit(mut self, limit: u64) -> Self {
+        self.limit = limit;
+        self
+    }
+
+    /// Relays one call. Never fails: a refusal is a gRPC error response.
+    pub async fn handle(&self, req: Request<Incoming>, caller: &Caller) -> Response<ProxyBody> {
+        let route = match router::route(req.headers(), self.local_targets.as_ref(), self.remote.is_some()) {
+            Ok(r) => r,
+            Err(refusal) => return error_response(refusal.code, &refusal.message),
+        };
+        let roles = self.roles(req.headers(), caller);
+        let (mut parts, body) = req.into_parts();
+        let authority = parts.uri.authority().map(|a| a.to_string());
+        strip(&mut parts.headers);
+        for role in &roles {
+            if let Ok(v) = HeaderValue::from_str(role) {
+                parts.headers.append(HeaderName::from_static(keys::ROLE), v);
+            }
+        }
+        let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
+        let exceeded = Arc::new(AtomicBool::new(false));
+        let body = GuardedBody::new(body, self.limit, exceeded.clone()).boxed_unsync();
+
+        let (sender, uri, target) = match &route {
+            Route::Local => match self.local.sender().await {
+                Ok(s) => (s, format!("http://machined{path}"), "machined".to_string()),
+                Err(e) => return error_response(Code::Unavailable, &e.to_string()),
+            },
+            Route::Remote(node) => {
+                let value = authority.as_deref().unwrap_or("unknown");
+                if let Ok(v) = HeaderValue::from_str(value) {
+                    parts.headers.insert(HeaderName::from_static(keys::PROXY_FROM), v);
+                }
+                match self.remote_sender(node).await {
+                    Ok(s) => (s, format!("https://{}{path}", with_port(node)), format!("node {node}")),
+                    Err(e) => return error_response(Code::Unavailable, &format!("node {node}: {e}")),
+                }
+            }
+        };
+        parts.uri = match uri.parse::<Uri>() {
+            Ok(u) => u,
+            Err(e) => return error_response(Code::InvalidArgument, &format!("request path {path:?}: {e}")),
+        };
+        parts.version = http::Version::HTTP_2;
+        let mut sender = sender;
+        let sent = sender.send_request(Request::from_parts(parts, body)).await;
+        match sent {
+            Ok(resp) => resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()),
+            Err(_) if exceeded.load(Ordering::SeqCst) => error_response(
+                Code::ResourceExhausted,
+                &format!("request message larger than the limit of {} bytes", self.limit),
+            ),
+            Err(e) => {
+                if let Route::Remote(node) = &route {
+                    self.remotes.lock().await.remove(node);
+                }
+                error_response(Code::Unavailable, &format!("{target}: {e}"))
+            }
+        }
+    }
+
+    /// The roles to assert downstream.
+    fn roles(&self, headers: &http::HeaderMap, caller: &Caller) -> Vec<String> {
+        match self.role_mode {
+            RoleMode::ReadOnly => vec![READER.to_string()],
+            RoleMode::Certificate if caller.is_impersonator() => {
+                let claimed: Vec<String> = headers
+                    .get_all(keys::ROLE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .flat_map(|v| v.split(','))
+                    .map(|r| r.trim().to_string())
+                    .filter(|r| !r.is_empty())
+                    .collect();
+                // An impersonator that claims nothing acts as itself (it may call nothing).
+                if claimed.is_empty() { caller.roles.clone() } else { claimed }
+            }
+            RoleMode::Certificate => caller.roles.clone(),
+        }
+    }
+
+    async fn remote_sender(&self, node: &str) -> Result<SendRequest<ProxyBody>, BoxError> {
+        let dialer = self.remote.as_ref().ok_or("no request forwarding")?;
+        let mut remotes = self.remotes.lock().await;
+        if let Some(s) = remotes.get(node)
+            && !s.is_closed()
+        {
+            return Ok(s.clone());
+        }
+        let sender = dialer.dial(&with_port(node)).await?;
+        remotes.insert(node.to_string(), sender.clone());
+        Ok(sender)
+    }
+}
+
+/// Drops the routing keys and any role claim; the proxy sets its own.
+fn strip(headers: &mut http::HeaderMap) {
+    for key in [keys::NODE, keys::NODES, keys::ROLE, keys::PROXY_FROM] {
+        headers.remove(key);
+    }
+}
+
+/// `node` with apid's port if it names none (`10.5.0.2` → `10.5.0.2:50000`, `[fd00::2]`,
+/// bare IPv6 bracketed).
+pub fn with_port(node: &str) -> String {
+    if node.parse::<std::net::SocketAddr>().is_ok() {
+        return node.to_string();
+    }
+    if let Ok(ip) = node.parse::<std::net::IpAddr>() {
+        return std::net::SocketAddr::new(ip, APID_PORT).to_string();
+    }
+    if node.starts_with('[') && node.ends_with(']') {
+        return format!("{node}:{APID_PORT}");
+    }
+    match node.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => node.to_string(),
+        _ => format!("{node}:{APID_PORT}"),
+    }
+}
+
+/// A trailers-only gRPC error response.
+pub fn error_response(code: Code, message: &str) -> Response<ProxyBody> {
+    let empty = http_body_util::Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync();
+    let mut resp = tonic::Status::new(code, message).into_http::<ProxyBody>();
+    *resp.body_mut() = empty;
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_get_apids_port() {
+        assert_eq!(with_port("10.5.0.2"), "10.5.0.2:50000");
+        assert_eq!(with_port("10.5.0.2:50010"), "10.5.0.2:50010");
+        assert_eq!(with_port("fd00::2"), "[fd00::2]:50000");
+        assert_eq!(with_port("[fd00::2]"), "[fd00::2]:50000");
+        assert_eq!(with_port("[fd00::2]:7"), "[fd00::2]:7");
+        assert_eq!(with_port("cp1"), "cp1:50000");
+        assert_eq!(with_port("cp1:1234"), "cp1:1234");
+    }
+
+    #[test]
+    fn errors_are_trailers_only_grpc_responses() {
+        let r = error_response(Code::PermissionDenied, "no request forwarding");
+        assert_eq!(r.status(), http::StatusCode::OK);
+        assert_eq!(r.headers()["grpc-status"], "7");
+        assert_eq!(r.headers()["content-type"], "application/grpc");
+        assert!(http_body::Body::is_end_stream(r.body()));
+    }
+
+    #[test]
+    fn roles_are_believed_from_metadata_only_for_impersonators() {
+        let proxy = Proxy::new("/nonexistent".into(), None, Arc::new(|_: &str| false), RoleMode::Certificate);
+        let mut h = http::HeaderMap::new();
+        h.append(keys::ROLE, HeaderValue::from_static("os:admin"));
+        let reader = Caller { roles: vec!["os:reader".into()] };
+        assert_eq!(proxy.roles(&h, &reader), vec!["os:reader"], "a reader's claim is ignored");
+        let imp = Caller { roles: vec!["os:impersonator".into()] };
+        assert_eq!(proxy.roles(&h, &imp), vec!["os:admin"]);
+        let ro = Proxy::new("/nonexistent".into(), None, Arc::new(|_: &str| false), RoleMode::ReadOnly);
+        assert_eq!(ro.roles(&h, &imp), vec!["os:reader"]);
+    }
+}

@@ -1,0 +1,121 @@
+//! Configuration resources (namespace `config`): the machine configuration in force and the
+//! machine's type, under Talos's names. Plain data: parsing is `crate::config`'s job.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cosi::{Registry, RegistryError, ResourceDefinition, ResourceSpec, Sensitivity};
+
+pub const NAMESPACE: &str = "config";
+
+/// The machine configuration, as the YAML text of all its documents. Id `v1alpha1` is the one
+/// in force; `persistent` is what is stored (ahead of it after a staged apply, behind it
+/// during a try). Sensitive: it holds the machine's keys and tokens.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MachineConfig {
+    pub yaml: String,
+}
+
+impl MachineConfig {
+    pub const ACTIVE_ID: &'static str = "v1alpha1";
+    pub const PERSISTENT_ID: &'static str = "persistent";
+}
+
+impl std::fmt::Debug for MachineConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "MachineConfig({} bytes)", self.yaml.len())
+    }
+}
+
+impl ResourceSpec for MachineConfig {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "MachineConfigs.config.talos.dev",
+        aliases: &["machineconfig"],
+        default_namespace: NAMESPACE,
+        print_columns: &[],
+        sensitivity: Sensitivity::Sensitive,
+    };
+}
+
+/// Talos's machine types, with their names and numbers (`machine.Type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum MachineType {
+    #[default]
+    Unknown,
+    Init,
+    #[serde(rename = "controlplane")]
+    ControlPlane,
+    Worker,
+}
+
+impl MachineType {
+    pub const ID: &'static str = "machine-type";
+
+    /// Whether this machine holds the OS CA's key (and so signs, and forwards).
+    pub fn is_control_plane(self) -> bool {
+        matches!(self, MachineType::Init | MachineType::ControlPlane)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MachineType::Unknown => "unknown",
+            MachineType::Init => "init",
+            MachineType::ControlPlane => "controlplane",
+            MachineType::Worker => "worker",
+        }
+    }
+}
+
+impl std::fmt::Display for MachineType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The resource holding the machine type (Talos: a bare string as the spec).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MachineTypeSpec {
+    pub machine_type: MachineType,
+}
+
+impl ResourceSpec for MachineTypeSpec {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "MachineTypes.config.talos.dev",
+        aliases: &[],
+        default_namespace: NAMESPACE,
+        print_columns: &[],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+}
+
+pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.add_namespace(NAMESPACE, "Talos node configuration.")?;
+    registry.register::<MachineConfig>()?;
+    registry.register::<MachineTypeSpec>()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_render_as_talos_does() {
+        let mc = MachineConfig { yaml: "version: v1alpha1\n".into() };
+        assert_eq!(serde_json::to_value(&mc).unwrap(), serde_json::json!("version: v1alpha1\n"));
+        let t = MachineTypeSpec { machine_type: MachineType::ControlPlane };
+        assert_eq!(serde_saphyr::to_string(&t).unwrap().trim(), "controlplane");
+        assert!(format!("{mc:?}").starts_with("MachineConfig(18 bytes"));
+    }
+
+    #[test]
+    fn the_configuration_is_sensitive() {
+        assert_eq!(MachineConfig::DEFINITION.sensitivity, Sensitivity::Sensitive);
+        let mut r = Registry::new();
+        register(&mut r).unwrap();
+        assert_eq!(r.resolve("mc").map(|t| t.type_name()), Ok("MachineConfigs.config.talos.dev"));
+        assert_eq!(r.resolve("machineconfig").map(|t| t.type_name()), Ok("MachineConfigs.config.talos.dev"));
+    }
+}
