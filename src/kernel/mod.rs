@@ -9,10 +9,12 @@
 pub mod cmdline;
 pub mod console;
 pub mod input;
+pub mod kmsg;
 pub mod loopdev;
 pub mod modules;
 pub mod mount;
 pub mod power;
+pub mod procfs;
 
 /// The resident set size of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`, or
 /// `/proc/self/status` for `None`).
