@@ -16,6 +16,7 @@
 //!
 //! In container mode "power off" and "reboot" both stop services and exit 0.
 
+pub mod config_store;
 pub mod modules;
 
 use std::path::{Path, PathBuf};

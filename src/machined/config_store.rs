@@ -1,0 +1,201 @@
+//! The machine configuration's one writer: it persists what an apply stores, holds what is in
+//! force, and publishes both on a watch channel the configuration controller reads.
+//!
+//! Modes (Talos's): no-reboot stores and makes the new text active; staged only stores it (it
+//! becomes active at the next boot); try makes it active without storing it and, unless another
+//! apply comes first, falls back to the stored one when its timeout runs out. Only one apply
+//! runs at a time; a second is refused, not queued. It never parses a configuration: callers
+//! validate first, so what reaches it is already accepted. The file is written aside and
+//! renamed, so a crash leaves the old configuration or the new one, never half of either.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::{OwnedMutexGuard, watch};
+use tokio::task::JoinHandle;
+
+/// What the store holds now.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ConfigSnapshot {
+    /// The stored configuration (what the next boot uses).
+    pub persisted: Option<Arc<str>>,
+    /// The configuration in force.
+    pub active: Option<Arc<str>>,
+    /// While a try-mode apply is in force: when it falls back.
+    pub try_until: Option<SystemTime>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("reading the stored machine configuration {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("storing the machine configuration at {}: {source}", path.display())]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+pub struct ConfigStore {
+    path: PathBuf,
+    tx: watch::Sender<ConfigSnapshot>,
+    apply: Arc<tokio::sync::Mutex<()>>,
+    rollback: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Held for the length of one apply.
+pub struct ApplyGuard {
+    _held: OwnedMutexGuard<()>,
+}
+
+impl ConfigStore {
+    /// Opens the store at `path`, loading what a previous run stored there (if anything).
+    pub fn open(path: PathBuf) -> Result<Arc<Self>, StoreError> {
+        let persisted = match std::fs::read_to_string(&path) {
+            Ok(text) => Some(Arc::<str>::from(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(StoreError::Read { path, source }),
+        };
+        let snapshot = ConfigSnapshot { active: persisted.clone(), persisted, try_until: None };
+        Ok(Arc::new(ConfigStore {
+            path,
+            tx: watch::channel(snapshot).0,
+            apply: Arc::new(tokio::sync::Mutex::new(())),
+            rollback: Mutex::new(None),
+        }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn snapshot(&self) -> ConfigSnapshot {
+        self.tx.borrow().clone()
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<ConfigSnapshot> {
+        self.tx.subscribe()
+    }
+
+    /// The right to apply, or `None` while another apply runs.
+    pub fn begin_apply(&self) -> Option<ApplyGuard> {
+        Arc::clone(&self.apply).try_lock_owned().ok().map(|g| ApplyGuard { _held: g })
+    }
+
+    /// Stores `text` and puts it in force.
+    pub fn apply_now(&self, _guard: &ApplyGuard, text: &str) -> Result<(), StoreError> {
+        self.cancel_rollback();
+        self.write(text)?;
+        let text: Arc<str> = Arc::from(text);
+        self.tx.send_replace(ConfigSnapshot { persisted: Some(text.clone()), active: Some(text), try_until: None });
+        Ok(())
+    }
+
+    /// Stores `text` for the next boot; what is in force stays.
+    pub fn apply_staged(&self, _guard: &ApplyGuard, text: &str) -> Result<(), StoreError> {
+        self.cancel_rollback();
+        self.write(text)?;
+        self.tx.send_modify(|s| {
+            s.persisted = Some(Arc::from(text));
+            // A try in force ends: what is stored is what it would fall back to anyway.
+            if s.try_until.take().is_some() {
+                s.active = s.persisted.clone();
+            }
+        });
+        Ok(())
+    }
+
+    /// Puts `text` in force for `timeout` without storing it, then falls back to what is
+    /// stored. Must be called inside a Tokio runtime.
+    pub fn apply_try(self: &Arc<Self>, _guard: &ApplyGuard, text: &str, timeout: Duration) {
+        self.cancel_rollback();
+        let until = SystemTime::now() + timeout;
+        self.tx.send_modify(|s| {
+            s.active = Some(Arc::from(text));
+            s.try_until = Some(until);
+        });
+        let me = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            tokio::time::sleep(timeout).await;
+            me.tx.send_modify(|s| {
+                if s.try_until == Some(until) {
+                    s.active = s.persisted.clone();
+                    s.try_until = None;
+                }
+            });
+        });
+        *self.rollback.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+
+    fn cancel_rollback(&self) {
+        if let Some(task) = self.rollback.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            task.abort();
+        }
+    }
+
+    fn write(&self, text: &str) -> Result<(), StoreError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let err = |source| StoreError::Write { path: self.path.clone(), source };
+        if let Some(dir) = self.path.parent() {
+            std::fs::create_dir_all(dir).map_err(err)?;
+        }
+        let partial = self.path.with_extension("partial");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&partial)
+            .map_err(err)?;
+        f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(err)?;
+        std::fs::rename(&partial, &self.path).map_err(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, Arc<ConfigStore>) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = ConfigStore::open(dir.path().join("state/config.yaml")).unwrap();
+        (dir, s)
+    }
+
+    #[tokio::test]
+    async fn modes_store_and_activate_as_talos() {
+        let (_d, s) = store();
+        assert_eq!(s.snapshot(), ConfigSnapshot::default());
+        let g = s.begin_apply().unwrap();
+        assert!(s.begin_apply().is_none(), "a second apply is refused while one runs");
+        s.apply_now(&g, "a").unwrap();
+        assert_eq!(std::fs::read_to_string(s.path()).unwrap(), "a");
+        s.apply_staged(&g, "b").unwrap();
+        let snap = s.snapshot();
+        assert_eq!((snap.persisted.as_deref(), snap.active.as_deref()), (Some("b"), Some("a")));
+        drop(g);
+        // A new store over the same file is the next boot: the staged text is in force.
+        let again = ConfigStore::open(s.path().to_path_buf()).unwrap();
+        assert_eq!(again.snapshot().active.as_deref(), Some("b"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn try_falls_back_unless_replaced() {
+        let (_d, s) = store();
+        let g = s.begin_apply().unwrap();
+        s.apply_now(&g, "stored").unwrap();
+        s.apply_try(&g, "trial", Duration::from_secs(60));
+        assert_eq!(s.snapshot().active.as_deref(), Some("trial"));
+        assert_eq!(std::fs::read_to_string(s.path()).unwrap(), "stored", "a try is not stored");
+        let mut rx = s.subscribe();
+        rx.borrow_and_update();
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        rx.changed().await.unwrap();
+        let snap = s.snapshot();
+        assert_eq!((snap.active.as_deref(), snap.try_until), (Some("stored"), None));
+
+        s.apply_try(&g, "trial2", Duration::from_secs(60));
+        s.apply_now(&g, "final").unwrap();
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        assert_eq!(s.snapshot().active.as_deref(), Some("final"), "a later apply cancels the fallback");
+    }
+}
