@@ -1,6 +1,7 @@
 //! talosbox: an immutable, API-only Linux OS whose whole userland is this one library and
 //! the binary that dispatches into it by name.
 
+pub mod api;
 pub mod applets;
 pub mod controllers;
 pub mod cosi;
