@@ -1,9 +1,10 @@
 //! Records the git commit the binary was built from (`TALOSBOX_GIT_COMMIT` overrides it, for
-//! builds from a source tarball such as Nix's).
+//! builds from a source tarball such as Nix's). Run by the package's build script,
+//! `src/api/build.rs`, as one of its steps.
 
 use std::process::Command;
 
-fn main() {
+pub fn record_git_commit() {
     println!("cargo:rerun-if-env-changed=TALOSBOX_GIT_COMMIT");
     println!("cargo:rerun-if-changed=.git/HEAD");
     println!("cargo:rerun-if-changed=.git/refs/heads");

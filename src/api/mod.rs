@@ -1,7 +1,13 @@
-//! The API: apid's routing and transparent proxy, and (with machined) the servers behind it.
+//! The API: Talos's wire protocol (compiled from our own `.proto` files), apid's routing and
+//! transparent proxy, authorization, and the servers behind apid.
+//!
+//! This layer sits above `controllers/` and must never import them: it reads and watches the
+//! resource state only. `proto` is generated data with no dependency on the rest of the crate;
+//! the client library uses its messages too.
 
 pub mod authz;
 pub mod events;
 pub mod grpc_body;
+pub mod proto;
 pub mod proxy;
 pub mod router;
