@@ -126,7 +126,11 @@ impl Reader {
         if from_tail {
             rustix::fs::seek(&fd, SeekFrom::End(0))?;
         }
-        Ok(Reader { fd: AsyncFd::new(fd)?, follow, buf: vec![0; 8192] })
+        // SAFETY: `fd` is an open descriptor the AsyncFd owns from here on; nothing else
+        // closes or replaces it, so it stays the same open file for the AsyncFd's lifetime.
+        let fd = unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+            .map_err(|e| e.into_parts().1)?;
+        Ok(Reader { fd, follow, buf: vec![0; 8192] })
     }
 
     /// The next record; `None` at the end of the buffer when not following.
