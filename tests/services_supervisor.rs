@@ -278,3 +278,29 @@ async fn applet_services_run_this_binary_under_their_name() {
     );
     rig.supervisor.stop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_service_stops_starts_again_and_restarts_keeping_its_log() {
+    let rig = rig(Duration::from_secs(5));
+    rig.supervisor.start(shell("svc", "echo up $$; exec sleep 60", RestartPolicy::default(), 4096)).unwrap();
+    let ups = |s: &Supervisor| s.logs("svc").map_or(0, |l| l.lines().iter().filter(|l| l.starts_with("up ")).count());
+    let running = |n: usize| {
+        move |s: &Supervisor| s.service("svc").is_some_and(|s| s.state == ServiceState::Running) && ups(s) == n
+    };
+    until(&rig, "running", running(1)).await;
+    let first = rig.supervisor.service("svc").unwrap().pid;
+    rig.supervisor.stop("svc").await.unwrap();
+    let svc = rig.supervisor.service("svc").unwrap();
+    assert_eq!((svc.state, svc.pid), (ServiceState::Finished, None));
+    rig.supervisor.stop("svc").await.unwrap();
+    rig.supervisor.start_again("svc").unwrap();
+    until(&rig, "running again, its log kept", running(2)).await;
+    rig.supervisor.restart("svc").await.unwrap();
+    until(&rig, "running after restart", running(3)).await;
+    let svc = rig.supervisor.service("svc").unwrap();
+    assert_ne!(svc.pid, first);
+    assert_eq!(svc.history.iter().filter(|e| e.state == ServiceState::Running).count(), 3, "{:?}", svc.history);
+    assert!(rig.supervisor.stop("nosuch").await.is_err());
+    assert!(rig.supervisor.start_again("nosuch").is_err());
+    rig.supervisor.stop_all().await;
+}

@@ -11,3 +11,17 @@ pub mod grpc_body;
 pub mod proto;
 pub mod proxy;
 pub mod router;
+pub mod state_service;
+
+/// The roles asserted in a call's `talos-role` metadata (as apid sets them; a value may list
+/// several, comma-separated).
+pub fn roles(metadata: &tonic::metadata::MetadataMap) -> Vec<String> {
+    metadata
+        .get_all(router::keys::ROLE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect()
+}

@@ -35,6 +35,8 @@ pub enum SupervisorError {
     Pipe { name: String, source: std::io::Error },
     #[error("service {name}: starting {program}: {source}")]
     Spawn { name: String, program: String, source: std::io::Error },
+    #[error("service {name}: no such service")]
+    Unknown { name: String },
 }
 
 /// A state change of one service.
@@ -43,6 +45,7 @@ pub struct ServiceEvent {
     pub service: String,
     pub state: ServiceState,
     pub message: String,
+    pub at: std::time::SystemTime,
 }
 
 /// What the supervisor knows of one service now.
@@ -53,11 +56,17 @@ pub struct ServiceSnapshot {
     pub pid: Option<u32>,
     pub restarts: u32,
     pub message: String,
+    /// The last state changes, oldest first (at most [`HISTORY`]).
+    pub history: Vec<ServiceEvent>,
 }
+
+/// How many state changes a snapshot keeps.
+pub const HISTORY: usize = 30;
 
 type Observer = Box<dyn Fn(&ServiceEvent) + Send + Sync>;
 
 struct Entry {
+    definition: ServiceDefinition,
     snapshot: ServiceSnapshot,
     log: LogRing,
     stop: CancellationToken,
@@ -125,15 +134,23 @@ impl Supervisor {
             if entries.get(&def.name).is_some_and(|e| e.task.as_ref().is_some_and(|t| !t.is_finished())) {
                 return Err(SupervisorError::AlreadyRunning { name: def.name });
             }
+            // Started again after a stop, a service keeps its log and its history.
+            let (log, history) = match entries.remove(&def.name) {
+                Some(old) => (old.log, old.snapshot.history),
+                None => (LogRing::new(def.log_capacity), Vec::new()),
+            };
             let snapshot = ServiceSnapshot {
                 name: def.name.clone(),
                 state: ServiceState::Initialized,
                 pid: None,
                 restarts: 0,
                 message: String::new(),
+                history,
             };
-            let log = LogRing::new(def.log_capacity);
-            entries.insert(def.name.clone(), Entry { snapshot, log, stop: stop.clone(), task: None });
+            entries.insert(
+                def.name.clone(),
+                Entry { definition: def.clone(), snapshot, log, stop: stop.clone(), task: None },
+            );
         }
         // A bug in supervision must not leave the service shown as Running forever: a panic
         // marks it Failed, naming the panic.
@@ -150,6 +167,37 @@ impl Supervisor {
             entry.task = Some(task);
         }
         Ok(())
+    }
+
+    /// Stops one service (SIGTERM, SIGKILL after the stop timeout) and waits for it; it stays
+    /// listed, `Finished`, and can be started again. Stopping a stopped service is not an error.
+    pub async fn stop(&self, name: &str) -> Result<(), SupervisorError> {
+        let task = {
+            let mut entries = self.lock();
+            let entry = entries.get_mut(name).ok_or_else(|| SupervisorError::Unknown { name: name.to_string() })?;
+            entry.stop.cancel();
+            entry.task.take()
+        };
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+
+    /// Starts a stopped service again with its definition; refused while it runs.
+    pub fn start_again(self: &Arc<Self>, name: &str) -> Result<(), SupervisorError> {
+        let def = self
+            .lock()
+            .get(name)
+            .map(|e| e.definition.clone())
+            .ok_or_else(|| SupervisorError::Unknown { name: name.to_string() })?;
+        self.start(def)
+    }
+
+    /// Stops a service and starts it again.
+    pub async fn restart(self: &Arc<Self>, name: &str) -> Result<(), SupervisorError> {
+        self.stop(name).await?;
+        self.start_again(name)
     }
 
     /// Stops every service (SIGTERM, SIGKILL after the stop timeout) and waits for them.
@@ -178,7 +226,15 @@ impl Supervisor {
             s.state = state;
             s.pid = pid;
             s.message = message.clone();
-            changed.then(|| ServiceEvent { service: name.to_string(), state, message })
+            changed.then(|| {
+                let event =
+                    ServiceEvent { service: name.to_string(), state, message, at: std::time::SystemTime::now() };
+                s.history.push(event.clone());
+                if s.history.len() > HISTORY {
+                    s.history.remove(0);
+                }
+                event
+            })
         };
         if let Some(event) = event {
             (self.observer)(&event);
