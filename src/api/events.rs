@@ -61,6 +61,11 @@ impl EventLog {
         self.ring.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// A fresh id, for an actor (a reboot, an apply) whose events will carry it.
+    pub fn new_id(&self) -> String {
+        self.ids.next(SystemTime::now())
+    }
+
     /// Records an event; returns its id.
     pub fn publish(&self, type_url: &str, payload: Vec<u8>, actor_id: &str) -> String {
         let at = SystemTime::now();

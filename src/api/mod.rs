@@ -5,12 +5,18 @@
 //! resource state only. `proto` is generated data with no dependency on the rest of the crate;
 //! the client library uses its messages too.
 
+pub mod apply;
 pub mod authz;
+pub mod client_config;
 pub mod events;
+pub mod machine_service;
+pub mod node;
 pub mod grpc_body;
 pub mod proto;
 pub mod proxy;
 pub mod router;
+pub mod server;
+pub mod sockets;
 pub mod state_service;
 
 /// The roles asserted in a call's `talos-role` metadata (as apid sets them; a value may list

@@ -15,11 +15,28 @@ pub const STAGE_PREFIX: &str = "[talosbox] stage: ";
 /// What init's last line starts with when the boot fails (after the prefix).
 pub const INIT_FAILED: &str = "init: FAILED";
 
+type Tap = Box<dyn Fn(&str) + Send + Sync>;
+static TAP: std::sync::OnceLock<Tap> = std::sync::OnceLock::new();
+
+/// Also hands every console line (without the prefix) to `tap`: machined keeps them as its
+/// own log, which `talosctl logs machined` reads. Set once; later calls are ignored.
+pub fn set_tap(tap: impl Fn(&str) + Send + Sync + 'static) {
+    let _ = TAP.set(Box::new(tap));
+}
+
+fn tap(text: &str) {
+    if let Some(t) = TAP.get() {
+        t(text);
+    }
+}
+
 /// Writes `[talosbox] <message>` and a newline, ignoring errors.
 pub fn line(message: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{PREFIX} {message}");
     let _ = out.flush();
+    drop(out);
+    tap(message);
 }
 
 /// The line announcing a stage (Talos's stage names: `maintenance`, `running` …).
@@ -32,6 +49,8 @@ pub fn stage(stage: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{}", stage_line(stage));
     let _ = out.flush();
+    drop(out);
+    tap(&format!("stage: {stage}"));
 }
 
 /// Seconds since boot with two decimals (`"3.41"`), for console lines; `"?"` if unreadable.

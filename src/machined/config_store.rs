@@ -125,6 +125,23 @@ impl ConfigStore {
         *self.rollback.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 
+    /// Forgets the stored configuration (a reset): the file is removed; what is in force stays
+    /// until the node goes down.
+    pub fn forget(&self, _guard: &ApplyGuard) -> Result<(), StoreError> {
+        self.cancel_rollback();
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(StoreError::Write { path: self.path.clone(), source: e });
+            }
+            _ => {}
+        }
+        self.tx.send_modify(|s| {
+            s.persisted = None;
+            s.try_until = None;
+        });
+        Ok(())
+    }
+
     fn cancel_rollback(&self) {
         if let Some(task) = self.rollback.lock().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();

@@ -18,6 +18,7 @@
 
 pub mod config_store;
 pub mod modules;
+pub mod node;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -1,0 +1,97 @@
+//! What the machine API needs from the node it runs on, beyond reading the state: the actions
+//! machined carries out (power, services, the configuration store) and the logs and events it
+//! keeps. machined implements [`Node`]; the API depends only on this trait, never on machined.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tonic::Status;
+
+pub use super::authz::NodeMode;
+use super::events::EventLog;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerAction {
+    Reboot,
+    PowerOff,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServiceAction {
+    Start,
+    Stop,
+    Restart,
+}
+
+/// One state change of a service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceEventInfo {
+    pub message: String,
+    pub state: String,
+    pub at: SystemTime,
+}
+
+/// One service as ServiceList reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    pub id: String,
+    /// Talos's state names: `Running`, `Waiting`, `Finished` …
+    pub state: String,
+    /// `None`: health unknown (no health check).
+    pub healthy: Option<bool>,
+    pub message: String,
+    pub last_change: Option<SystemTime>,
+    pub events: Vec<ServiceEventInfo>,
+}
+
+/// A log that can be tailed and followed by line number.
+pub trait LogSource: Send + Sync {
+    /// The last `n` lines (all for `None`) and the number of the next line.
+    fn tail(&self, n: Option<usize>) -> (Vec<String>, u64);
+    /// Lines from number `from` on that are still held, and the next number.
+    fn since(&self, from: u64) -> (Vec<String>, u64);
+    /// Changes after every new line.
+    fn subscribe(&self) -> watch::Receiver<u64>;
+}
+
+/// How a stored configuration takes effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    /// Stored and in force now.
+    Now,
+    /// Stored for the next boot.
+    Staged,
+    /// In force now, not stored, rolled back after the timeout.
+    Try(Duration),
+}
+
+/// The right to apply, held for the length of one ApplyConfiguration call.
+pub trait ApplyPermit: Send {
+    /// Stores (already validated) `text`.
+    fn store(&self, text: &str, mode: StoreMode) -> Result<(), Status>;
+}
+
+/// The node, as the machine API acts on it.
+#[tonic::async_trait]
+pub trait Node: Send + Sync + 'static {
+    /// Maintenance (no configuration yet) or configured.
+    fn mode(&self) -> NodeMode;
+    fn hostname(&self) -> String;
+    /// Talos's platform name and mode: (`metal`, `metal`) on a node, (`container`,
+    /// `container`) for a node run as a process.
+    fn platform(&self) -> (String, String);
+    /// Asks for a reboot or power-off; returns once it is underway.
+    fn power(&self, action: PowerAction) -> Result<(), Status>;
+    /// Forgets the stored configuration, then reboots or powers off.
+    async fn reset(&self, reboot: bool) -> Result<(), Status>;
+    fn services(&self) -> Vec<ServiceInfo>;
+    async fn service(&self, id: &str, action: ServiceAction) -> Result<(), Status>;
+    /// The log of a service, or of `machined` itself.
+    fn logs(&self, id: &str) -> Option<Arc<dyn LogSource>>;
+    fn events(&self) -> Arc<EventLog>;
+    /// The configuration in force, and the one stored, as text.
+    fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>);
+    /// The right to apply; `None` while another apply runs.
+    fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>>;
+}

@@ -1,0 +1,112 @@
+//! machined's three API sockets: the machine API that only apid reaches, and the read-only,
+//! filtered state sockets apid and trustd read their configuration and certificates from
+//! (Talos's `machine.sock`, `apid/runtime.sock`, `trustd/runtime.sock`).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::machine_service::MachineApi;
+use super::node::Node;
+use super::proto::cosi::resource::state_server::StateServer;
+use super::proto::machine::machine_service_server::MachineServiceServer;
+use super::server::{Guard, GuardLayer, bind};
+use super::state_service::{Scope, StateService};
+use crate::cosi::{Registry, State};
+
+/// What apid may read from its state socket (Talos's `apidResourceFilter`, for the types that
+/// exist here).
+pub const APID_STATE_TYPES: &[&str] = &["APIServiceConfigs.runtime.talos.dev", "ApiCertificates.secrets.talos.dev"];
+/// What trustd may read from its state socket.
+pub const TRUSTD_STATE_TYPES: &[&str] = &["OSRootSecrets.secrets.talos.dev", "TrustdCertificates.secrets.talos.dev"];
+
+/// Talos's gRPC message size limit.
+pub const MAX_MESSAGE_SIZE: usize = 32 << 20;
+
+/// Where the sockets live under a run directory (`/system/run` on a node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketPaths {
+    pub machine: PathBuf,
+    pub apid_state: PathBuf,
+    pub trustd_state: PathBuf,
+}
+
+impl SocketPaths {
+    pub fn under(run: &Path) -> Self {
+        SocketPaths {
+            machine: run.join("machined/machine.sock"),
+            apid_state: run.join("apid/runtime.sock"),
+            trustd_state: run.join("trustd/runtime.sock"),
+        }
+    }
+}
+
+/// The uids of the services, and machined's own.
+#[derive(Debug, Clone, Copy)]
+pub struct Uids {
+    pub machined: u32,
+    pub apid: u32,
+    pub trustd: u32,
+}
+
+fn dirs_for(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    }
+    Ok(())
+}
+
+/// Binds all three sockets and serves them until `cancel`. Binding errors are returned before
+/// anything is served.
+pub async fn serve(
+    node: Arc<dyn Node>,
+    state: State,
+    registry: Arc<Registry>,
+    paths: &SocketPaths,
+    uids: Uids,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    for p in [&paths.machine, &paths.apid_state, &paths.trustd_state] {
+        dirs_for(p)?;
+    }
+    let owner = |uid: u32| (uid != uids.machined).then_some(uid);
+    let machine = bind(&paths.machine, owner(uids.apid))?;
+    let apid_state = bind(&paths.apid_state, owner(uids.apid))?;
+    let trustd_state = bind(&paths.trustd_state, owner(uids.trustd))?;
+
+    let mode_node = node.clone();
+    let machine_guard = Guard { uids: vec![uids.apid, uids.machined], roles: Some(Arc::new(move || mode_node.mode())) };
+    let api = MachineApi::new(node, state.clone(), registry.clone());
+    let machine_server = tonic::transport::Server::builder()
+        .layer(GuardLayer(Arc::new(machine_guard)))
+        .add_service(MachineServiceServer::new(api).max_decoding_message_size(MAX_MESSAGE_SIZE))
+        .add_service(
+            StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::ByRole))
+                .max_decoding_message_size(MAX_MESSAGE_SIZE),
+        )
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(machine),
+            cancel.clone().cancelled_owned(),
+        );
+
+    let private = |listener, uid: u32, types: &'static [&'static str]| {
+        let guard = Guard { uids: vec![uid, uids.machined], roles: None };
+        tonic::transport::Server::builder()
+            .layer(GuardLayer(Arc::new(guard)))
+            .add_service(StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::Only(types))))
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+                cancel.clone().cancelled_owned(),
+            )
+    };
+    let apid_server = private(apid_state, uids.apid, APID_STATE_TYPES);
+    let trustd_server = private(trustd_state, uids.trustd, TRUSTD_STATE_TYPES);
+    let (a, b, c) = tokio::join!(machine_server, apid_server, trustd_server);
+    for r in [a, b, c] {
+        r.map_err(std::io::Error::other)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! machined's side of the machine API: the [`Node`] the API acts on, over the configuration
+//! store, the service supervisor, the event log and machined's own log.
+//!
+//! apid is the only door: it cannot be stopped through the API (there would be no way back
+//! in), only restarted.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::config_store::{ApplyGuard, ConfigStore};
+use crate::api::events::EventLog;
+use crate::api::node::{
+    ApplyPermit, LogSource, Node, NodeMode, PowerAction, ServiceAction, ServiceEventInfo, ServiceInfo, StoreMode,
+};
+use crate::kernel::power::PowerAction as Power;
+use crate::services::{LogRing, Supervisor, SupervisorError};
+
+/// The services the API may not stop.
+const UNSTOPPABLE: &[&str] = &["apid"];
+
+pub struct MachineNode {
+    pub platform: (String, String),
+    pub hostname: Box<dyn Fn() -> String + Send + Sync>,
+    pub store: Arc<ConfigStore>,
+    pub supervisor: Arc<Supervisor>,
+    pub events: Arc<EventLog>,
+    pub log: LogRing,
+    pub power: mpsc::UnboundedSender<Power>,
+}
+
+struct Ring(LogRing);
+
+impl LogSource for Ring {
+    fn tail(&self, n: Option<usize>) -> (Vec<String>, u64) {
+        self.0.tail(n)
+    }
+    fn since(&self, from: u64) -> (Vec<String>, u64) {
+        self.0.since(from)
+    }
+    fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+}
+
+struct Permit {
+    store: Arc<ConfigStore>,
+    guard: ApplyGuard,
+}
+
+impl ApplyPermit for Permit {
+    fn store(&self, text: &str, mode: StoreMode) -> Result<(), Status> {
+        let failed = |e: super::config_store::StoreError| Status::internal(e.to_string());
+        match mode {
+            StoreMode::Now => self.store.apply_now(&self.guard, text).map_err(failed),
+            StoreMode::Staged => self.store.apply_staged(&self.guard, text).map_err(failed),
+            StoreMode::Try(timeout) => {
+                self.store.apply_try(&self.guard, text, timeout);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn service_status(e: SupervisorError) -> Status {
+    match e {
+        SupervisorError::Unknown { .. } => Status::not_found(e.to_string()),
+        SupervisorError::AlreadyRunning { .. } => Status::failed_precondition(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+#[tonic::async_trait]
+impl Node for MachineNode {
+    fn mode(&self) -> NodeMode {
+        if self.store.snapshot().active.is_some() { NodeMode::Configured } else { NodeMode::Maintenance }
+    }
+
+    fn hostname(&self) -> String {
+        (self.hostname)()
+    }
+
+    fn platform(&self) -> (String, String) {
+        self.platform.clone()
+    }
+
+    fn power(&self, action: PowerAction) -> Result<(), Status> {
+        let action = match action {
+            PowerAction::Reboot => Power::Reboot,
+            PowerAction::PowerOff => Power::PowerOff,
+        };
+        self.power.send(action).map_err(|_| Status::unavailable("machined is already going down"))
+    }
+
+    async fn reset(&self, reboot: bool) -> Result<(), Status> {
+        let guard =
+            self.store.begin_apply().ok_or_else(|| Status::failed_precondition("a configuration apply is in progress"))?;
+        self.store.forget(&guard).map_err(|e| Status::internal(e.to_string()))?;
+        self.power(if reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
+    }
+
+    fn services(&self) -> Vec<ServiceInfo> {
+        self.supervisor
+            .snapshot()
+            .into_iter()
+            .map(|s| ServiceInfo {
+                id: s.name,
+                state: s.state.to_string(),
+                healthy: None,
+                message: s.message,
+                last_change: s.history.last().map(|e| e.at),
+                events: s
+                    .history
+                    .into_iter()
+                    .map(|e| ServiceEventInfo { message: e.message, state: e.state.to_string(), at: e.at })
+                    .collect(),
+            })
+            .collect()
+    }
+
+    async fn service(&self, id: &str, action: ServiceAction) -> Result<(), Status> {
+        if self.supervisor.service(id).is_none() {
+            return Err(Status::not_found(format!("service {id:?} not found")));
+        }
+        match action {
+            ServiceAction::Stop if UNSTOPPABLE.contains(&id) => Err(Status::failed_precondition(format!(
+                "service {id:?} cannot be stopped: it is the API's only door (restart it instead)"
+            ))),
+            ServiceAction::Stop => self.supervisor.stop(id).await.map_err(service_status),
+            ServiceAction::Start => self.supervisor.start_again(id).map_err(service_status),
+            ServiceAction::Restart => self.supervisor.restart(id).await.map_err(service_status),
+        }
+    }
+
+    fn logs(&self, id: &str) -> Option<Arc<dyn LogSource>> {
+        let ring = if id == "machined" { Some(self.log.clone()) } else { self.supervisor.logs(id) };
+        ring.map(|r| Arc::new(Ring(r)) as Arc<dyn LogSource>)
+    }
+
+    fn events(&self) -> Arc<EventLog> {
+        self.events.clone()
+    }
+
+    fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>) {
+        let s = self.store.snapshot();
+        (s.active, s.persisted)
+    }
+
+    fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>> {
+        let guard = self.store.begin_apply()?;
+        Some(Box::new(Permit { store: self.store.clone(), guard }))
+    }
+}
