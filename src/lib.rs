@@ -13,3 +13,4 @@ pub mod provision;
 pub mod resources;
 pub mod services;
 pub mod version;
+pub mod yaml;
