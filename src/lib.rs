@@ -9,6 +9,7 @@ pub mod imager;
 pub mod kernel;
 pub mod machined;
 pub mod panic;
+pub mod pki;
 pub mod provision;
 pub mod resources;
 pub mod services;
