@@ -8,6 +8,7 @@
 //! callers pass the time, so tests choose it. Private keys never leave the values holding them
 //! except through the `*_pem` accessors, and nothing here logs key material.
 
+pub mod bundle;
 pub mod ca;
 pub mod csr;
 mod der;
@@ -19,6 +20,7 @@ pub mod role;
 pub mod rotation;
 pub mod tls;
 
+pub use bundle::SecretsBundle;
 pub use ca::CertificateAuthority;
 pub use csr::{NodeCsr, generate_csr, sign_csr_as_server};
 pub use inspect::{CertificateInfo, ExtKeyUsage, inspect_der, inspect_pem};
@@ -71,6 +73,8 @@ pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<(), PkiError> {
 /// Talos's stability secrets (`testdata/secrets.yaml`), decoded where tests need the PEM.
 #[cfg(test)]
 pub(crate) mod fixtures {
+    pub const TALOS_SECRETS: &str = include_str!("testdata/secrets.yaml");
+
     /// `certs.os.crt`, decoded.
     pub const TALOS_OS_CRT: &str = "-----BEGIN CERTIFICATE-----
 MIIBPjCB8aADAgECAhB9q+FUzhw92puOzki70uxdMAUGAytlcDAQMQ4wDAYDVQQK
