@@ -210,6 +210,30 @@ mod tests {
         assert!(info.subject_key_id.is_some() && info.authority_key_id.is_none());
     }
 
+    // A client certificate talosctl minted in 2021, from Talos's cmd/talosctl/cmd/talos/
+    // config_test.go ("FutureRole"): a role this version does not know, and both purposes, as
+    // Talos issued them before apid checked ExtKeyUsage.
+    const TALOS_FUTURE_ROLE_CRT: &str = "-----BEGIN CERTIFICATE-----
+MIIBMzCB5qADAgECAhAP/S+TltY0Gti9CX4P3Ue+MAUGAytlcDAQMQ4wDAYDVQQK
+EwV0YWxvczAeFw0yMTA3MDUxMTQzMjFaFw0zMTA3MDMxMTQzMjFaMBQxEjAQBgNV
+BAoTCW9zOmZ1dHVyZTAqMAUGAytlcAMhAKrM86kObmLtl99Wiw1E/oivyvaujVcd
+iPNO6MXP4lD2o1IwUDAOBgNVHQ8BAf8EBAMCB4AwHQYDVR0lBBYwFAYIKwYBBQUH
+AwEGCCsGAQUFBwMCMB8GA1UdIwQYMBaAFHK71rj5NNlZwRuVWpW8nCZn+valMAUG
+AytlcANBACJz759FyQI1yHY2MDood3kf7YxoGDmGzmg6YjDrnyp1XjZCz5CTPnoc
+8qZP2Mq902g9vRIHuvo87CHf2Zq3FgU=
+-----END CERTIFICATE-----
+";
+
+    #[test]
+    fn reads_a_go_minted_client_certificate() {
+        let info = inspect_pem(TALOS_FUTURE_ROLE_CRT).unwrap();
+        assert_eq!(info.organizations, ["os:future"]);
+        assert_eq!(info.roles(), (RoleSet::new(), vec!["os:future".to_owned()]));
+        assert_eq!(info.extended_key_usages, BTreeSet::from([ExtKeyUsage::ServerAuth, ExtKeyUsage::ClientAuth]));
+        assert!(info.digital_signature && !info.key_cert_sign && !info.is_ca);
+        assert_eq!(info.authority_key_id.as_ref().map(Vec::len), Some(20));
+    }
+
     #[test]
     fn sans_keep_their_order_and_kind() {
         let ca = CertificateAuthority::generate_os(now()).unwrap();
