@@ -3,6 +3,7 @@
 
 pub mod applets;
 pub mod client;
+pub mod config;
 pub mod controllers;
 pub mod cosi;
 pub mod hosttools;
