@@ -169,12 +169,9 @@ fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
 }
 
 fn to_system_time(t: ASN1Time) -> SystemTime {
-    let secs = t.timestamp();
-    if secs >= 0 {
-        UNIX_EPOCH + Duration::from_secs(secs.unsigned_abs())
-    } else {
-        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())
-    }
+    let secs = Duration::from_secs(t.timestamp().unsigned_abs());
+    let time = if t.timestamp() >= 0 { UNIX_EPOCH.checked_add(secs) } else { UNIX_EPOCH.checked_sub(secs) };
+    time.unwrap_or(UNIX_EPOCH)
 }
 
 #[cfg(test)]

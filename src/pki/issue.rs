@@ -17,7 +17,7 @@ use rcgen::{
 };
 
 use super::ca::CertificateAuthority;
-use super::der::{self, BIT_STRING, CONTEXT_0, OID, PRINTABLE_STRING, SEQUENCE, SET, UTF8_STRING};
+use super::der::{self, BIT_STRING, CONTEXT_0, PRINTABLE_STRING, SEQUENCE, SET, UTF8_STRING};
 use super::key::{KeyAlgorithm, PrivateKey};
 use super::role::RoleSet;
 use super::{PkiError, pem, random_bytes};
@@ -55,9 +55,10 @@ pub struct Validity {
 }
 
 impl Validity {
-    /// From `now` for `lifetime`, as Talos mints every certificate.
+    /// From `now` for `lifetime`, as Talos mints every certificate. A lifetime past the end of
+    /// time leaves an empty window, which issuing refuses.
     pub fn starting(now: SystemTime, lifetime: Duration) -> Self {
-        Validity { not_before: now, not_after: now + lifetime }
+        Validity { not_before: now, not_after: now.checked_add(lifetime).unwrap_or(now) }
     }
 
     /// Seconds since the epoch of both ends, checked to be in order.
@@ -244,7 +245,6 @@ pub(crate) fn go_subject(organizations: &[&str], common_name: Option<&str>) -> V
 fn attribute(oid: &[u8], value: &str) -> Vec<u8> {
     let printable = value.bytes().all(|b| b.is_ascii_alphanumeric() || b" '()+,-./:=?".contains(&b));
     let tag = if printable { PRINTABLE_STRING } else { UTF8_STRING };
-    debug_assert_eq!(oid.first(), Some(&OID));
     der::wrap_all(SEQUENCE, &[oid, &der::wrap(tag, value.as_bytes())])
 }
 
