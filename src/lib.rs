@@ -3,6 +3,8 @@
 
 pub mod api;
 pub mod applets;
+pub mod client;
+pub mod config;
 pub mod controllers;
 pub mod cosi;
 pub mod hosttools;
@@ -10,7 +12,9 @@ pub mod imager;
 pub mod kernel;
 pub mod machined;
 pub mod panic;
+pub mod pki;
 pub mod provision;
 pub mod resources;
 pub mod services;
 pub mod version;
+pub mod yaml;
