@@ -5,6 +5,7 @@
 //! resource state only. `proto` is generated data with no dependency on the rest of the crate;
 //! the client library uses its messages too.
 
+pub mod apid;
 pub mod apply;
 pub mod authz;
 pub mod client_config;
@@ -18,6 +19,7 @@ pub mod router;
 pub mod server;
 pub mod sockets;
 pub mod state_service;
+pub mod trustd;
 
 /// The roles asserted in a call's `talos-role` metadata (as apid sets them; a value may list
 /// several, comma-separated).

@@ -26,10 +26,14 @@ enum ModeFlag {
 struct Args {
     #[arg(long, value_enum, required_unless_present = "dependency_graph")]
     mode: Option<ModeFlag>,
-    /// Directory for the pid file, `config.yaml` (its presence means "configured") and an
+    /// Directory for the pid file, the stored `config.yaml`, the API sockets (`run/`) and an
     /// optional `cmdline` (this node's kernel command line).
     #[arg(long, required_unless_present = "dependency_graph")]
     state_dir: Option<PathBuf>,
+    /// The address this node answers on: apid at ADDRESS:50000, trustd at ADDRESS:50001
+    /// (several container-mode nodes share a host on 127.0.0.2, 127.0.0.3 …).
+    #[arg(long, default_value = "127.0.0.1")]
+    address: std::net::IpAddr,
     /// Print the controller dependency graph of a node or of container mode (Graphviz DOT)
     /// and exit.
     #[arg(long, value_enum, value_name = "SET")]
@@ -51,14 +55,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     if std::process::id() == 1 {
         return machined::run(Mode::Node, services());
     }
-    let Args { mode, state_dir, dependency_graph } = match Args::try_parse_from(args) {
+    let Args { mode, state_dir, address, dependency_graph } = match Args::try_parse_from(args) {
         Ok(a) => a,
         Err(e) => {
             let _ = e.print();
             return ExitCode::from(2);
         }
     };
-    let container = |state_dir: Option<PathBuf>| Mode::Container { state_dir: state_dir.unwrap_or_default() };
+    let container = |state_dir: Option<PathBuf>| Mode::Container { state_dir: state_dir.unwrap_or_default(), address };
     if let Some(set) = dependency_graph {
         let mode = match set {
             GraphSet::Node => Mode::Node,
@@ -76,7 +80,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         };
     }
     match (mode, state_dir) {
-        (Some(ModeFlag::Container), Some(state_dir)) => machined::run(Mode::Container { state_dir }, services()),
+        (Some(ModeFlag::Container), Some(state_dir)) => machined::run(Mode::Container { state_dir, address }, services()),
         // clap requires both unless the graph was asked for.
         _ => ExitCode::from(2),
     }

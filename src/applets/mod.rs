@@ -7,11 +7,13 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+pub mod apid;
 pub mod imager;
 pub mod init;
 pub mod machined;
 pub mod modprobe;
 pub mod talosctl;
+pub mod trustd;
 
 /// An applet's entry point; `args[0]` is the name it was started as.
 type Main = fn(Vec<OsString>) -> ExitCode;
@@ -20,8 +22,8 @@ type Main = fn(Vec<OsString>) -> ExitCode;
 const APPLETS: &[(&str, Option<Main>)] = &[
     ("init", Some(init::main)),
     ("machined", Some(machined::main)),
-    ("apid", None),
-    ("trustd", None),
+    ("apid", Some(apid::main)),
+    ("trustd", Some(trustd::main)),
     ("talosctl", Some(talosctl::main)),
     ("imager", Some(imager::main)),
     ("operator", None),
@@ -30,6 +32,44 @@ const APPLETS: &[(&str, Option<Main>)] = &[
     ("shutdown", Some(machined::shutdown)),
     ("modprobe", Some(modprobe::main)),
 ];
+
+/// Runs a node service (apid, trustd) on a single-threaded runtime (they are small and mostly
+/// wait), until SIGTERM or SIGINT; its errors end it with a message and exit status 1, and the
+/// supervisor restarts it.
+fn service_runtime<F, Fut>(name: &str, body: F) -> ExitCode
+where
+    F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{name}: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = rt.block_on(async {
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let stop = cancel.clone();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            stop.cancel();
+        });
+        body(cancel).await
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
 
 fn names() -> String {
     APPLETS.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")

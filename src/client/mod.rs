@@ -1,5 +1,7 @@
-//! The workstation side of the Talos API: what talosctl knows before it dials anything.
-//!
-//! Nothing here opens a connection; [`config`] reads and writes the talosconfig file.
+//! The client side of the Talos API: the talosconfig file ([`config`]) and dialling endpoints
+//! ([`conn`]). talosctl, the worker's certificate controller and the services use it; it
+//! depends only on the wire types (`api::proto`) and the PKI, never on a server.
 
 pub mod config;
+pub mod conn;
+pub mod state;

@@ -6,12 +6,16 @@
 //! may run: those controllers are [`Scope::NodeOnly`] and run only on a node, or in a network
 //! namespace a test hands them.
 
+pub mod config;
 pub mod generic_merge;
 pub mod generic_transform;
 pub mod runtime;
+pub mod secrets;
 
 use std::path::PathBuf;
 use std::sync::Arc;
+
+use tokio::sync::watch;
 
 use crate::cosi::{Controller, Runtime, RuntimeError};
 use crate::services::Supervisor;
@@ -39,8 +43,13 @@ pub struct Environment {
     pub supervisor: Arc<Supervisor>,
     /// The kernel command line to read; `None`: there is none (container mode without one).
     pub cmdline: Option<PathBuf>,
-    /// Where the machine configuration would be; `None`: nowhere yet.
-    pub config: Option<PathBuf>,
+    /// The configuration store's feed, and where it keeps the configuration (for messages).
+    pub config: watch::Receiver<config::StoredConfig>,
+    pub config_source: String,
+    /// How the node names itself in certificates.
+    pub node: secrets::NodeIdentity,
+    /// Where apid listens (`:50000` on a node; the node's address in container mode).
+    pub api_listen: String,
 }
 
 /// Every controller, with where it may run.
@@ -49,9 +58,17 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     vec![
         (Scope::Anywhere, Box::new(KernelCmdlineController::new(env.cmdline.clone())) as Box<dyn Controller>),
         (Scope::Anywhere, Box::new(VersionController)),
-        (Scope::Anywhere, Box::new(MachineConfigFileController::new(env.config.clone()))),
+        (
+            Scope::Anywhere,
+            Box::new(config::MachineConfigController::new(env.config.clone(), env.config_source.clone())),
+        ),
         (Scope::Anywhere, Box::new(MachineStatusController)),
         (Scope::Anywhere, Box::new(ServiceController::new(Arc::clone(&env.supervisor)))),
+        (Scope::Anywhere, Box::new(ApiServiceConfigController::new(env.api_listen.clone()))),
+        (Scope::Anywhere, Box::new(secrets::RootController)),
+        (Scope::Anywhere, Box::new(secrets::CertSansController::new(env.node.clone()))),
+        (Scope::Anywhere, Box::new(secrets::ApiCertController::new(env.node.clone()))),
+        (Scope::Anywhere, Box::new(secrets::TrustdCertController)),
     ]
 }
 
@@ -79,7 +96,15 @@ mod tests {
 
     fn env(set: ControllerSet) -> Environment {
         let supervisor = Supervisor::new(Reaper::new(ReapMode::Own), "/bin/true".into(), Default::default(), |_| {});
-        Environment { set, supervisor, cmdline: None, config: None }
+        Environment {
+            set,
+            supervisor,
+            cmdline: None,
+            config: watch::channel(config::StoredConfig::default()).1,
+            config_source: "nowhere".into(),
+            node: secrets::NodeIdentity { hostname: "test".into(), addresses: Vec::new() },
+            api_listen: "127.0.0.1:50000".into(),
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub use query::{IdQuery, LabelOp, LabelQuery, LabelTerm, ListOptions, WatchOptio
 pub use registry::{LookupError, META_NAMESPACE, NamespaceSpec, Registry, RegistryError, ResourceDefinitionSpec};
 pub use resource::{AnyResource, CodecError, Metadata, Phase, Resource, ResourceSpec, ResourceType, SpecObject};
 pub use runtime::{Runtime, RuntimeError};
-pub use source::{EventSource, SourceError, Timer};
+pub use source::{Changes, EventSource, SourceError, Timer};
 pub use state::{State, StateBackend, StateError};
 pub use view::{Access, StateView};
 pub use watch::{Cursor, Event, EventRing, Watch, WatchError};

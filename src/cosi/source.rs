@@ -54,3 +54,38 @@ impl EventSource for Timer {
         }
     }
 }
+
+/// Wakes the controller whenever a tokio watch channel's value changes (a store or a feed the
+/// controller reads with `borrow`).
+pub struct Changes<T> {
+    name: String,
+    rx: tokio::sync::watch::Receiver<T>,
+}
+
+impl<T> Changes<T> {
+    pub fn new(name: impl Into<String>, rx: tokio::sync::watch::Receiver<T>) -> Self {
+        Changes { name: name.into(), rx }
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: Send + Sync + 'static> EventSource for Changes<T> {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn run(&mut self, waker: &Waker, cancel: &CancellationToken) -> Result<(), SourceError> {
+        // What is there now is covered by the controller's first reconcile.
+        self.rx.borrow_and_update();
+        loop {
+            tokio::select! {
+                () = cancel.cancelled() => return Ok(()),
+                changed = self.rx.changed() => match changed {
+                    Ok(()) => waker.wake(),
+                    // The sender is gone: nothing will change again.
+                    Err(_) => { cancel.cancelled().await; return Ok(()) }
+                },
+            }
+        }
+    }
+}

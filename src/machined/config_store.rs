@@ -12,19 +12,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+
 use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::task::JoinHandle;
 
-/// What the store holds now.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ConfigSnapshot {
-    /// The stored configuration (what the next boot uses).
-    pub persisted: Option<Arc<str>>,
-    /// The configuration in force.
-    pub active: Option<Arc<str>>,
-    /// While a try-mode apply is in force: when it falls back.
-    pub try_until: Option<SystemTime>,
-}
+pub use crate::controllers::config::StoredConfig as ConfigSnapshot;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

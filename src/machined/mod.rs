@@ -16,10 +16,12 @@
 //!
 //! In container mode "power off" and "reboot" both stop services and exit 0.
 
+pub mod acquire;
 pub mod config_store;
 pub mod modules;
 pub mod node;
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,26 +32,91 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::events::EventLog;
 use crate::controllers::{self, ControllerSet, Environment};
 use crate::cosi::{Event, RegistryError, Resource, Runtime, RuntimeError, State};
 use crate::kernel::console;
 use crate::kernel::power::{self, PowerAction};
 use crate::resources::runtime::{MachineStage, MachineStatus, NAMESPACE, ShutdownAction, ShutdownRequest};
-use crate::services::{ReapMode, Reaper, ServiceDefinition, Supervisor};
+use crate::services::{LogRing, Program, ReapMode, Reaper, ServiceDefinition, Supervisor};
+use config_store::ConfigStore;
 
 /// Where machined runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
     /// PID 1 on a node: reaps everything, powers the machine off at the end.
     Node,
-    /// An ordinary process keeping its files under `state_dir`.
-    Container { state_dir: PathBuf },
+    /// An ordinary process keeping its files under `state_dir`, reached at `address` (apid on
+    /// `address:50000`, trustd on `address:50001`).
+    Container { state_dir: PathBuf, address: IpAddr },
+}
+
+impl Mode {
+    /// Where the configuration is stored: the STATE tmpfs on a node (until the volume manager
+    /// brings a disk), the state directory in container mode.
+    pub fn config_path(&self) -> PathBuf {
+        match self {
+            Mode::Node => PathBuf::from("/system/state/config.yaml"),
+            Mode::Container { state_dir, .. } => state_dir.join(CONFIG_FILE),
+        }
+    }
+
+    /// Where the sockets live.
+    pub fn run_dir(&self) -> PathBuf {
+        match self {
+            Mode::Node => PathBuf::from("/system/run"),
+            Mode::Container { state_dir, .. } => state_dir.join("run"),
+        }
+    }
+
+    fn api_listen(&self) -> String {
+        match self {
+            Mode::Node => format!(":{}", crate::api::proxy::APID_PORT),
+            Mode::Container { address, .. } => {
+                std::net::SocketAddr::new(*address, crate::api::proxy::APID_PORT).to_string()
+            }
+        }
+    }
+
+    fn trustd_listen(&self) -> String {
+        let port = crate::controllers::secrets::TRUSTD_PORT;
+        match self {
+            Mode::Node => format!("[::]:{port}"),
+            Mode::Container { address, .. } => std::net::SocketAddr::new(*address, port).to_string(),
+        }
+    }
+
+    /// The name a node has before its configuration gives one.
+    fn default_hostname(&self) -> String {
+        match self {
+            Mode::Node => rustix::system::uname()
+                .nodename()
+                .to_str()
+                .ok()
+                .filter(|n| !n.is_empty() && *n != "(none)")
+                .map_or_else(|| "talosbox".to_string(), str::to_string),
+            Mode::Container { address, .. } => {
+                format!("talosbox-{}", address.to_string().replace(['.', ':'], "-"))
+            }
+        }
+    }
+
+    fn addresses(&self) -> Vec<IpAddr> {
+        match self {
+            Mode::Node => Vec::new(),
+            Mode::Container { address, .. } => vec![*address],
+        }
+    }
 }
 
 /// In container mode: machined's pid, for `poweroff --state-dir`.
 pub const PID_FILE: &str = "machined.pid";
-/// In container mode: the machine configuration whose presence means "running".
+/// In container mode: the stored machine configuration.
 pub const CONFIG_FILE: &str = "config.yaml";
+/// How many machine events the Events API keeps.
+const EVENT_LOG_CAPACITY: usize = 1000;
+/// Bytes of machined's own log (`talosctl logs machined`).
+const MACHINED_LOG_CAPACITY: usize = 256 * 1024;
 /// In container mode: the kernel command line this node pretends to have (optional).
 pub const CMDLINE_FILE: &str = "cmdline";
 
@@ -84,6 +151,8 @@ pub enum MachinedError {
     Registry(#[from] RegistryError),
     #[error("the {0} stopped unexpectedly")]
     Stopped(&'static str),
+    #[error("{0}")]
+    Store(#[from] config_store::StoreError),
 }
 
 /// The signal that asks machined for `action`: SIGPWR powers off (SIGTERM too, for
@@ -135,7 +204,7 @@ pub fn run(mode: Mode, services: Vec<ServiceDefinition>) -> ExitCode {
             };
             power_down(action)
         }
-        Mode::Container { state_dir } => {
+        Mode::Container { state_dir, .. } => {
             let _ = std::fs::remove_file(state_dir.join(PID_FILE));
             match outcome {
                 Ok(Ok(action)) => {
@@ -190,22 +259,28 @@ fn power_down(action: PowerAction) -> ! {
 }
 
 /// The controllers' environment in `mode`.
-fn environment(mode: &Mode, supervisor: Arc<Supervisor>) -> Environment {
-    match mode {
-        // No STATE volume yet, so no configuration: maintenance.
-        Mode::Node => Environment {
-            set: ControllerSet::Node,
-            supervisor,
-            cmdline: Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE)),
-            config: None,
-        },
+fn environment(
+    mode: &Mode,
+    supervisor: Arc<Supervisor>,
+    config: watch::Receiver<crate::controllers::config::StoredConfig>,
+) -> Environment {
+    let (set, cmdline) = match mode {
+        Mode::Node => {
+            (ControllerSet::Node, Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE)))
+        }
         // Never the host's own command line: a node process has its own, or none.
-        Mode::Container { state_dir } => Environment {
-            set: ControllerSet::Container,
-            supervisor,
-            cmdline: Some(state_dir.join(CMDLINE_FILE)).filter(|p| p.is_file()),
-            config: Some(state_dir.join(CONFIG_FILE)),
-        },
+        Mode::Container { state_dir, .. } => {
+            (ControllerSet::Container, Some(state_dir.join(CMDLINE_FILE)).filter(|p| p.is_file()))
+        }
+    };
+    Environment {
+        set,
+        supervisor,
+        cmdline,
+        config,
+        config_source: mode.config_path().display().to_string(),
+        node: controllers::secrets::NodeIdentity { hostname: mode.default_hostname(), addresses: mode.addresses() },
+        api_listen: mode.api_listen(),
     }
 }
 
@@ -214,7 +289,8 @@ pub fn dependency_graph(mode: &Mode) -> Result<String, MachinedError> {
     let reaper = Reaper::new(ReapMode::Own);
     let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |_| {});
     let mut runtime = Runtime::new(State::in_memory(), Arc::new(crate::resources::registry()?));
-    controllers::register_all(&mut runtime, &environment(mode, supervisor))?;
+    let (_tx, config) = watch::channel(Default::default());
+    controllers::register_all(&mut runtime, &environment(mode, supervisor, config))?;
     Ok(runtime.dependency_graph())
 }
 
@@ -239,11 +315,17 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     }
     let reaper = Reaper::new(if *mode == Mode::Node { ReapMode::All } else { ReapMode::Own });
     let mut reaper_task = tokio::spawn(reaper.clone().run(cancel.clone()));
-    let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |event| {
-        console::line(&format!("service {}: {}", event.service, event.state))
+    let events = Arc::new(EventLog::new(EVENT_LOG_CAPACITY));
+    let log = LogRing::new(MACHINED_LOG_CAPACITY);
+    let tap = log.clone();
+    console::set_tap(move |line| tap.push(line.as_bytes()));
+    let published = events.clone();
+    let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, move |event| {
+        console::line(&format!("service {}: {}", event.service, event.state));
+        publish_service_event(&published, event);
     });
 
-    if let Mode::Container { state_dir } = mode {
+    if let Mode::Container { state_dir, .. } = mode {
         std::fs::create_dir_all(state_dir)
             .map_err(|source| MachinedError::StateDir { path: state_dir.clone(), source })?;
         // Written before any stage is printed, so whoever sees a stage can signal us; written
@@ -255,12 +337,15 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
             .map_err(|source| MachinedError::WritePidFile { path, source })?;
     }
 
+    let store = ConfigStore::open(mode.config_path())?;
     let state = State::in_memory();
-    let mut runtime = Runtime::new(state.clone(), Arc::new(crate::resources::registry()?));
-    controllers::register_all(&mut runtime, &environment(mode, supervisor.clone()))?;
+    let registry = Arc::new(crate::resources::registry()?);
+    let mut runtime = Runtime::new(state.clone(), registry.clone());
+    controllers::register_all(&mut runtime, &environment(mode, supervisor.clone(), store.subscribe()))?;
     // Subscribed before the runtime starts, so no stage is missed.
     let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
-    let mut stage_task = tokio::spawn(print_stages(state.clone(), stage_watch, stage_tx, cancel.clone()));
+    let mut stage_task =
+        tokio::spawn(print_stages(state.clone(), stage_watch, stage_tx, events.clone(), cancel.clone()));
     let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
 
     if *mode == Mode::Node {
@@ -288,10 +373,54 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         }
     });
 
+    // The machine API: machined's sockets, then the services that use them.
+    let root = rustix::process::geteuid().is_root();
+    let own = rustix::process::geteuid().as_raw();
+    let uids = crate::api::sockets::Uids {
+        machined: own,
+        apid: if root { crate::services::APID_USER_ID } else { own },
+        trustd: if root { crate::services::TRUSTD_USER_ID } else { own },
+    };
+    let hostname_store = store.clone();
+    let default_hostname = mode.default_hostname();
+    let node = Arc::new(node::MachineNode {
+        platform: match mode {
+            Mode::Node => ("metal".to_string(), "metal".to_string()),
+            Mode::Container { .. } => ("container".to_string(), "container".to_string()),
+        },
+        hostname: Box::new(move || configured_hostname(&hostname_store).unwrap_or_else(|| default_hostname.clone())),
+        store: store.clone(),
+        supervisor: supervisor.clone(),
+        events: events.clone(),
+        log,
+        power: requests.clone(),
+    });
+    let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
+    {
+        let (state, registry, sockets, cancel) = (state.clone(), registry.clone(), sockets.clone(), cancel.clone());
+        tokio::spawn(async move {
+            if let Err(e) = crate::api::sockets::serve(node, state, registry, &sockets, uids, cancel).await {
+                console::line(&format!("machined: FAILED to serve the machine API: {e}"));
+            }
+        });
+    }
+    tokio::spawn(acquire::from_cmdline(state.clone(), store.clone(), cancel.clone()));
+
+    let mut trustd = None;
     for service in services {
+        let service = prepare_service(service, mode, root);
+        // trustd signs with the OS CA's key: it runs on control planes only, once the
+        // configuration says this is one.
+        if service.name == "trustd" {
+            trustd = Some(service);
+            continue;
+        }
         if let Err(e) = supervisor.start(service) {
             console::line(&format!("machined: {e}"));
         }
+    }
+    if let Some(trustd) = trustd {
+        tokio::spawn(start_on_control_plane(state.clone(), supervisor.clone(), trustd, cancel.clone()));
     }
 
     let stopped = tokio::select! {
@@ -332,6 +461,130 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     Ok(action)
 }
 
+/// A node service's definition for `mode`: its sockets and addresses as arguments, and its
+/// own uid only when machined may switch to it (as root).
+fn prepare_service(mut def: ServiceDefinition, mode: &Mode, root: bool) -> ServiceDefinition {
+    let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
+    let args: Vec<String> = match def.name.as_str() {
+        "apid" => vec![
+            "--runtime-socket".into(),
+            sockets.apid_state.display().to_string(),
+            "--machine-socket".into(),
+            sockets.machine.display().to_string(),
+        ],
+        "trustd" => vec![
+            "--runtime-socket".into(),
+            sockets.trustd_state.display().to_string(),
+            "--listen".into(),
+            mode.trustd_listen(),
+        ],
+        _ => Vec::new(),
+    };
+    if let Program::Applet { args: a } = &mut def.program {
+        *a = args.into_iter().map(Into::into).collect();
+    }
+    if !root {
+        def.uid = None;
+        def.gid = None;
+    }
+    def
+}
+
+/// Starts `service` once the machine type is a control plane's.
+async fn start_on_control_plane(
+    state: State,
+    supervisor: Arc<Supervisor>,
+    service: ServiceDefinition,
+    cancel: CancellationToken,
+) {
+    use crate::resources::config::{self as cfg, MachineType, MachineTypeSpec};
+    let mut watch = state.watch::<MachineTypeSpec>(cfg::NAMESPACE, MachineType::ID);
+    loop {
+        let event = tokio::select! {
+            () = cancel.cancelled() => return,
+            e = watch.next() => e,
+        };
+        let control_plane = match event {
+            Ok(Event::Created(r) | Event::Updated { new: r, .. }) => {
+                Resource::<MachineTypeSpec>::from_any(&r).is_some_and(|t| t.spec().machine_type.is_control_plane())
+            }
+            Ok(_) => false,
+            Err(crate::cosi::WatchError::Overrun { .. }) => state
+                .find::<MachineTypeSpec>(cfg::NAMESPACE, MachineType::ID)
+                .ok()
+                .flatten()
+                .is_some_and(|t| t.spec().machine_type.is_control_plane()),
+            Err(crate::cosi::WatchError::Closed) => return,
+        };
+        if control_plane {
+            if let Err(e) = supervisor.start(service) {
+                console::line(&format!("machined: {e}"));
+            }
+            return;
+        }
+    }
+}
+
+/// The hostname the configuration in force gives, if any.
+fn configured_hostname(store: &ConfigStore) -> Option<String> {
+    let text = store.snapshot().active?;
+    let view = crate::config::load(&text).ok()?.config.machine().ok()?;
+    view.hostname.map(|h| h.as_str().to_string())
+}
+
+/// A service's state change as Talos's `ServiceStateEvent`.
+fn publish_service_event(events: &EventLog, event: &crate::services::ServiceEvent) {
+    use crate::api::proto::machine::{ServiceStateEvent, service_state_event::Action};
+    use crate::resources::runtime::ServiceState as S;
+    let action = match event.state {
+        S::Initialized => Action::Initialized,
+        S::Preparing => Action::Preparing,
+        S::Waiting => Action::Waiting,
+        S::Starting => Action::Starting,
+        S::Running => Action::Running,
+        S::Stopping => Action::Stopping,
+        S::Finished => Action::Finished,
+        S::Failed => Action::Failed,
+        S::Skipped => Action::Skipped,
+    };
+    let payload = ServiceStateEvent {
+        service: event.service.clone(),
+        action: action as i32,
+        message: event.message.clone(),
+        health: None,
+    };
+    events.publish("type.googleapis.com/machine.ServiceStateEvent", prost::Message::encode_to_vec(&payload), "");
+}
+
+/// The machine's stage and readiness as Talos's `MachineStatusEvent`.
+fn publish_stage_event(events: &EventLog, status: &MachineStatus) {
+    use crate::api::proto::machine::machine_status_event::{self as mse, MachineStage as W};
+    let stage = match status.stage {
+        MachineStage::Unknown => W::Unknown,
+        MachineStage::Booting => W::Booting,
+        MachineStage::Installing => W::Installing,
+        MachineStage::Maintenance => W::Maintenance,
+        MachineStage::Running => W::Running,
+        MachineStage::Rebooting => W::Rebooting,
+        MachineStage::ShuttingDown => W::ShuttingDown,
+        MachineStage::Resetting => W::Resetting,
+        MachineStage::Upgrading => W::Upgrading,
+    };
+    let payload = crate::api::proto::machine::MachineStatusEvent {
+        stage: stage as i32,
+        status: Some(mse::MachineStatus {
+            ready: status.status.ready,
+            unmet_conditions: status
+                .status
+                .unmet_conditions
+                .iter()
+                .map(|c| mse::machine_status::UnmetCondition { name: c.name.clone(), reason: c.reason.clone() })
+                .collect(),
+        }),
+    };
+    events.publish("type.googleapis.com/machine.MachineStatusEvent", prost::Message::encode_to_vec(&payload), "");
+}
+
 /// `uptime <s> memory: machined rss <n> KiB, apid rss <n> KiB, …; machine in use <n> KiB`.
 fn memory_line(supervisor: &Supervisor) -> String {
     let rss = |pid| crate::kernel::rss_kib(pid).map_or_else(|| "?".to_string(), |k| k.to_string());
@@ -351,25 +604,34 @@ async fn print_stages(
     state: State,
     mut stages: crate::cosi::Watch,
     printed: watch::Sender<MachineStage>,
+    events: Arc<EventLog>,
     cancel: CancellationToken,
 ) {
+    let mut last_status: Option<MachineStatus> = None;
     let mut last = MachineStage::Booting;
     loop {
         let event = tokio::select! {
             () = cancel.cancelled() => return,
             event = stages.next() => event,
         };
-        let stage = match event {
+        let status = match event {
             Ok(Event::Created(r) | Event::Updated { new: r, .. }) => {
-                Resource::<MachineStatus>::from_any(&r).map(|r| r.spec().stage)
+                Resource::<MachineStatus>::from_any(&r).map(|r| r.spec().clone())
             }
             Ok(_) => None,
             // Fell behind: the current value is what matters.
             Err(crate::cosi::WatchError::Overrun { .. }) => {
-                state.find::<MachineStatus>(NAMESPACE, MachineStatus::ID).ok().flatten().map(|r| r.spec().stage)
+                state.find::<MachineStatus>(NAMESPACE, MachineStatus::ID).ok().flatten().map(|r| r.spec().clone())
             }
             Err(crate::cosi::WatchError::Closed) => return,
         };
+        if let Some(status) = &status
+            && last_status.as_ref() != Some(status)
+        {
+            publish_stage_event(&events, status);
+            last_status = Some(status.clone());
+        }
+        let stage = status.map(|s| s.stage);
         if let Some(stage) = stage
             && stage != last
         {

@@ -41,6 +41,50 @@ pub struct CertAndKey {
     pub key_pem: String,
 }
 
+/// Talos's YAML and JSON shape: `crt` and `key`, each the base64 of the PEM text; `key` is
+/// left out when empty (a worker holds the OS CA's certificate only).
+impl serde::Serialize for CertAndKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use base64::Engine;
+        use serde::ser::SerializeMap;
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t.as_bytes());
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("crt", &b64(&self.crt_pem))?;
+        if !self.key_pem.is_empty() {
+            m.serialize_entry("key", &b64(&self.key_pem))?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for CertAndKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use base64::Engine;
+        use serde::de::Error;
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Wire {
+            crt: String,
+            #[serde(default)]
+            key: String,
+        }
+        let w = Wire::deserialize(d)?;
+        let decode = |field: &str, text: &str| -> Result<String, D::Error> {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .map_err(|e| D::Error::custom(format!("{field}: not base64: {e}")))?;
+            String::from_utf8(bytes).map_err(|_| D::Error::custom(format!("{field}: not PEM text")))
+        };
+        Ok(CertAndKey { crt_pem: decode("crt", &w.crt)?, key_pem: decode("key", &w.key)? })
+    }
+}
+
+impl Default for CertAndKey {
+    fn default() -> Self {
+        CertAndKey { crt_pem: String::new(), key_pem: String::new() }
+    }
+}
+
 impl fmt::Debug for CertAndKey {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.debug_struct("CertAndKey").field("crt_pem", &self.crt_pem).field("key_pem", &"<redacted>").finish()

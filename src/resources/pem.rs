@@ -1,29 +1,18 @@
 //! PEM certificates and keys as resource fields: PEM text in memory, base64 of the PEM in
-//! YAML and JSON (Talos's `crt`/`key` encoding), bytes in protobuf (`common.PEMEncoded*`).
+//! YAML and JSON (Talos's `crt`/`key` encoding; `pki::CertAndKey` carries the same), bytes in
+//! protobuf (`common.PEMEncoded*`).
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-/// A certificate and its private key, PEM.
-#[derive(Clone, PartialEq, Eq, Default)]
-pub struct CertAndKey {
-    pub crt: String,
-    pub key: String,
-}
-
-/// Keys never appear in debug output.
-impl std::fmt::Debug for CertAndKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CertAndKey").field("crt", &format_args!("{} bytes", self.crt.len())).finish_non_exhaustive()
-    }
-}
 
 /// A certificate, PEM.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Cert {
     pub crt: String,
 }
+
+pub use crate::pki::CertAndKey;
 
 fn encode<S: Serializer>(pem: &str, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&STANDARD.encode(pem.as_bytes()))
@@ -37,30 +26,9 @@ fn decode<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 }
 
 #[derive(Serialize, Deserialize)]
-struct WireCertAndKey {
-    #[serde(serialize_with = "encode", deserialize_with = "decode")]
-    crt: String,
-    #[serde(serialize_with = "encode", deserialize_with = "decode", default, skip_serializing_if = "String::is_empty")]
-    key: String,
-}
-
-#[derive(Serialize, Deserialize)]
 struct WireCert {
     #[serde(serialize_with = "encode", deserialize_with = "decode")]
     crt: String,
-}
-
-impl Serialize for CertAndKey {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        WireCertAndKey { crt: self.crt.clone(), key: self.key.clone() }.serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for CertAndKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = WireCertAndKey::deserialize(d)?;
-        Ok(CertAndKey { crt: w.crt, key: w.key })
-    }
 }
 
 impl Serialize for Cert {
@@ -100,7 +68,7 @@ pub struct NetIpWire {
 
 impl From<&CertAndKey> for CertAndKeyWire {
     fn from(c: &CertAndKey) -> Self {
-        CertAndKeyWire { crt: c.crt.as_bytes().to_vec(), key: c.key.as_bytes().to_vec() }
+        CertAndKeyWire { crt: c.crt_pem.as_bytes().to_vec(), key: c.key_pem.as_bytes().to_vec() }
     }
 }
 
@@ -128,15 +96,15 @@ mod tests {
     #[test]
     fn yaml_carries_base64_pem_and_round_trips() {
         let c = CertAndKey {
-            crt: "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n".into(),
-            key: "PRIVATE".into(),
+            crt_pem: "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n".into(),
+            key_pem: "PRIVATE".into(),
         };
         let yaml = serde_saphyr::to_string(&c).unwrap();
         assert!(yaml.starts_with("crt: LS0tLS1CRUdJTi"), "{yaml}");
         assert!(yaml.contains("key: UFJJVkFURQ=="), "{yaml}");
         assert_eq!(serde_saphyr::from_str::<CertAndKey>(&yaml).unwrap(), c);
         assert!(!format!("{c:?}").contains("PRIVATE"), "the key never shows in debug output");
-        let no_key = CertAndKey { crt: "C".into(), key: String::new() };
+        let no_key = CertAndKey { crt_pem: "C".into(), key_pem: String::new() };
         assert_eq!(serde_saphyr::to_string(&no_key).unwrap(), "crt: Qw==\n");
     }
 }

@@ -248,7 +248,7 @@ mod tests {
     #[test]
     fn yaml_uses_talos_field_names() {
         let root = OsRoot {
-            issuing_ca: CertAndKey { crt: "C".into(), key: "K".into() },
+            issuing_ca: CertAndKey { crt_pem: "C".into(), key_pem: "K".into() },
             accepted_cas: vec![Cert { crt: "C".into() }],
             cert_san_ips: vec!["10.5.0.2".parse().unwrap()],
             cert_san_dns_names: vec!["cp1".into()],

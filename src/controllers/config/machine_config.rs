@@ -1,0 +1,83 @@
+//! `MachineConfigController`: the configuration store's texts as `MachineConfig` resources
+//! (`v1alpha1` in force, `persistent` stored), the machine's type, and whether there is a
+//! configuration at all (`MachineConfigStatus`, which moves the machine out of maintenance).
+//!
+//! Woken by the store's watch channel. A text that no longer loads (a file edited by hand, a
+//! newer schema) is reported in the status and treated as no configuration, never half-used.
+
+use tokio::sync::watch;
+
+use super::StoredConfig;
+use crate::cosi::{Changes, Context, Controller, EventSource, Input, Output, ReconcileError};
+use crate::resources::config::{self as cfg, MachineConfig, MachineType, MachineTypeSpec};
+use crate::resources::runtime::{self as rt, MachineConfigStatus};
+
+pub struct MachineConfigController {
+    rx: watch::Receiver<StoredConfig>,
+    /// Where the store keeps it, for the status.
+    source: String,
+}
+
+impl MachineConfigController {
+    pub fn new(rx: watch::Receiver<StoredConfig>, source: impl Into<String>) -> Self {
+        MachineConfigController { rx, source: source.into() }
+    }
+}
+
+fn machine_type(text: &str) -> Result<MachineType, String> {
+    let loaded = crate::config::load(text).map_err(|e| e.to_string())?;
+    let view = loaded.config.machine().map_err(|e| e.to_string())?;
+    Ok(match view.machine_type {
+        Some(crate::config::MachineType::Init) => MachineType::Init,
+        Some(crate::config::MachineType::ControlPlane) => MachineType::ControlPlane,
+        Some(crate::config::MachineType::Worker) => MachineType::Worker,
+        None => MachineType::Unknown,
+    })
+}
+
+#[async_trait::async_trait]
+impl Controller for MachineConfigController {
+    fn name(&self) -> String {
+        "MachineConfigController".to_string()
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![
+            Output::exclusive::<MachineConfig>(),
+            Output::exclusive::<MachineTypeSpec>(),
+            Output::exclusive::<MachineConfigStatus>(),
+        ]
+    }
+
+    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
+        vec![Box::new(Changes::new("configuration store", self.rx.clone()))]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
+        let stored = self.rx.borrow().clone();
+        ctx.start_tracking_outputs();
+        let mut status = MachineConfigStatus { present: false, source: format!("none yet ({})", self.source) };
+        if let Some(text) = &stored.active {
+            match machine_type(text) {
+                Ok(t) => {
+                    ctx.apply(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: text.to_string() })?;
+                    ctx.apply(cfg::NAMESPACE, MachineType::ID, MachineTypeSpec { machine_type: t })?;
+                    status = MachineConfigStatus { present: true, source: self.source.clone() };
+                }
+                Err(e) => {
+                    status.source = format!("{}: does not load: {e}", self.source);
+                }
+            }
+        }
+        if let Some(text) = &stored.persisted {
+            ctx.apply(cfg::NAMESPACE, MachineConfig::PERSISTENT_ID, MachineConfig { yaml: text.to_string() })?;
+        }
+        ctx.apply(rt::NAMESPACE, MachineConfigStatus::ID, status)?;
+        ctx.cleanup_outputs()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,190 @@
+//! `ApiCertController`: what apid serves with (`ApiCertificates`).
+//!
+//! - No configuration: a maintenance CA made at this boot (`MaintenanceRootSecrets`) signs a
+//!   server certificate, and client certificates are not asked for.
+//! - Control plane: the OS CA signs apid's server certificate and its `os:impersonator` client
+//!   certificate (what it forwards to other nodes with).
+//! - Worker: a CSR goes to trustd on the control plane endpoint, authenticated by the machine
+//!   token; what comes back is a server certificate only, and there is no client certificate,
+//!   so a worker's apid cannot forward.
+//!
+//! Certificates are kept while their SANs and issuer still fit, and renewed at half life.
+
+use std::collections::BTreeSet;
+use std::time::SystemTime;
+
+use super::{NodeIdentity, TRUSTD_PORT, renew_at, until};
+use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
+use crate::pki::{self, CertificateAuthority, Role, RoleSet, Validity};
+use crate::resources::config::{self as cfg, MachineConfig, MachineTypeSpec};
+use crate::resources::secrets::{self as sec, ApiCertificates, CertAndKey, CertSans, MaintenanceRoot, OsRoot};
+
+pub struct ApiCertController {
+    node: NodeIdentity,
+}
+
+impl ApiCertController {
+    pub fn new(node: NodeIdentity) -> Self {
+        ApiCertController { node }
+    }
+}
+
+/// Whether `crt` still serves: issued by `ca`, carrying exactly `sans`, not yet due.
+fn still_good(crt: &str, ca: &str, sans: &CertSans, now: SystemTime) -> bool {
+    let (Ok(leaf), Ok(ca)) = (pki::inspect_pem(crt), pki::inspect_pem(ca)) else { return false };
+    let want_ips: BTreeSet<_> = sans.ips.iter().collect();
+    let want_dns: BTreeSet<_> = sans.dns_names.iter().collect();
+    leaf.is_signed_by(&ca)
+        && leaf.ip_addresses.iter().collect::<BTreeSet<_>>() == want_ips
+        && leaf.dns_names.iter().collect::<BTreeSet<_>>() == want_dns
+        && !leaf.renewal_due(now)
+}
+
+fn server(ca: &CertificateAuthority, sans: &CertSans, now: SystemTime) -> Result<CertAndKey, pki::PkiError> {
+    pki::issue_server(ca, &sans.fqdn, &sans.ips, &sans.dns_names, Validity::starting(now, pki::issue::NODE_CERT_VALIDITY))
+}
+
+/// A worker's certificate, signed by trustd at `endpoint`.
+async fn from_trustd(
+    endpoint: &str,
+    token: &str,
+    cas: &[String],
+    sans: &CertSans,
+) -> Result<CertAndKey, ReconcileError> {
+    use crate::api::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
+    let csr = pki::generate_csr(&sans.fqdn, &sans.ips, &sans.dns_names, None)?;
+    let tls = pki::tls::client_config(cas, None)?;
+    let channel = crate::client::conn::dial(endpoint, TRUSTD_PORT, tls).await?;
+    let mut request = tonic::Request::new(CertificateRequest { csr: csr.csr_pem.into_bytes() });
+    request.metadata_mut().insert("token", token.parse().map_err(|_| "the machine token is not valid metadata")?);
+    let reply = SecurityServiceClient::new(channel)
+        .certificate(request)
+        .await
+        .map_err(|s| format!("trustd at {endpoint}: {}: {}", s.code(), s.message()))?
+        .into_inner();
+    let crt = String::from_utf8(reply.crt).map_err(|_| format!("trustd at {endpoint} sent a certificate that is not PEM"))?;
+    Ok(CertAndKey { crt_pem: crt, key_pem: csr.key_pem })
+}
+
+#[async_trait::async_trait]
+impl Controller for ApiCertController {
+    fn name(&self) -> String {
+        "ApiCertController".to_string()
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![
+            Input::weak::<OsRoot>(sec::NAMESPACE).with_id(OsRoot::ID),
+            Input::weak::<CertSans>(sec::NAMESPACE),
+            Input::weak::<MachineTypeSpec>(cfg::NAMESPACE),
+            Input::weak::<MachineConfig>(cfg::NAMESPACE).with_id(MachineConfig::ACTIVE_ID),
+        ]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<ApiCertificates>(), Output::exclusive::<MaintenanceRoot>()]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
+        let now = SystemTime::now();
+        let current = ctx.get::<ApiCertificates>(sec::NAMESPACE, ApiCertificates::ID)?.map(|r| r.spec().clone());
+        let root = ctx.get::<OsRoot>(sec::NAMESPACE, OsRoot::ID)?.filter(|r| r.is_running());
+        ctx.start_tracking_outputs();
+
+        let Some(root) = root else {
+            // Maintenance: this boot's own CA.
+            let Some(sans) = ctx.get::<CertSans>(sec::NAMESPACE, CertSans::MAINTENANCE_ID)? else {
+                ctx.cleanup_outputs()?;
+                return Ok(());
+            };
+            let ca = match ctx.get::<MaintenanceRoot>(sec::NAMESPACE, MaintenanceRoot::ID)? {
+                Some(r) => r.spec().ca.clone(),
+                None => CertificateAuthority::generate_os(now)?.to_cert_and_key(),
+            };
+            ctx.apply(sec::NAMESPACE, MaintenanceRoot::ID, MaintenanceRoot { ca: ca.clone() })?;
+            let server_cert = match current {
+                Some(c) if c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca.crt_pem, sans.spec(), now) => c.server,
+                _ => server(&CertificateAuthority::from_pem(&ca.crt_pem, &ca.key_pem)?, sans.spec(), now)?,
+            };
+            let next = renew_at(&server_cert.crt_pem);
+            ctx.apply(
+                sec::NAMESPACE,
+                ApiCertificates::ID,
+                ApiCertificates { accepted_cas: Vec::new(), client: None, server: server_cert, skip_verifying_client_cert: true },
+            )?;
+            ctx.cleanup_outputs()?;
+            if let Some(at) = next {
+                ctx.requeue_after(until(at));
+            }
+            return Ok(());
+        };
+
+        let Some(sans) = ctx.get::<CertSans>(sec::NAMESPACE, CertSans::API_ID)? else {
+            // Comes with the root; until then keep what there is.
+            if current.is_some() {
+                ctx.keep::<ApiCertificates>(sec::NAMESPACE, ApiCertificates::ID);
+            }
+            ctx.cleanup_outputs()?;
+            return Ok(());
+        };
+        let sans = sans.spec().clone();
+        let root = root.spec().clone();
+        let control_plane = ctx
+            .get::<MachineTypeSpec>(cfg::NAMESPACE, crate::resources::config::MachineType::ID)?
+            .is_some_and(|t| t.spec().machine_type.is_control_plane());
+        let ca_pem = root.issuing_ca.crt_pem.clone();
+        let current = current.filter(|c| !c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca_pem, &sans, now));
+
+        let certs = if control_plane {
+            if root.issuing_ca.key_pem.is_empty() {
+                return Err("a control plane's configuration must hold the OS CA's key (machine.ca.key)".into());
+            }
+            match current.filter(|c| c.client.is_some()) {
+                Some(c) => ApiCertificates { accepted_cas: root.accepted_cas.clone(), ..c },
+                None => {
+                    let ca = CertificateAuthority::from_pem(&ca_pem, &root.issuing_ca.key_pem)?;
+                    let client = pki::issue_client(
+                        &ca,
+                        Some(&sans.fqdn),
+                        &RoleSet::from([Role::Impersonator]),
+                        Validity::starting(now, pki::issue::NODE_CERT_VALIDITY),
+                    )?;
+                    ApiCertificates {
+                        accepted_cas: root.accepted_cas.clone(),
+                        client: Some(client),
+                        server: server(&ca, &sans, now)?,
+                        skip_verifying_client_cert: false,
+                    }
+                }
+            }
+        } else {
+            match current {
+                Some(c) => ApiCertificates { accepted_cas: root.accepted_cas.clone(), client: None, ..c },
+                None => {
+                    let mc = ctx
+                        .get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?
+                        .ok_or("no machine configuration in force")?;
+                    let view = crate::config::load(&mc.spec().yaml)?.config.machine()?;
+                    let endpoint = view
+                        .control_plane_endpoint
+                        .ok_or("a worker needs cluster.controlPlane.endpoint to reach trustd")?;
+                    let cas: Vec<String> = root.accepted_cas.iter().map(|c| c.crt.clone()).collect();
+                    let server = from_trustd(endpoint.host(), &root.token, &cas, &sans).await?;
+                    ApiCertificates {
+                        accepted_cas: root.accepted_cas.clone(),
+                        client: None,
+                        server,
+                        skip_verifying_client_cert: false,
+                    }
+                }
+            }
+        };
+        let next = renew_at(&certs.server.crt_pem);
+        ctx.apply(sec::NAMESPACE, ApiCertificates::ID, certs)?;
+        ctx.cleanup_outputs()?;
+        if let Some(at) = next {
+            ctx.requeue_after(until(at));
+        }
+        Ok(())
+    }
+}
