@@ -2,6 +2,7 @@
 //! the binary that dispatches into it by name.
 
 pub mod applets;
+pub mod config;
 pub mod controllers;
 pub mod cosi;
 pub mod hosttools;

@@ -1,0 +1,28 @@
+//! Machine configuration documents: load, validate, patch and diff Talos-compatible configs.
+//!
+//! A config is one or more YAML documents: the legacy `v1alpha1` document and the
+//! multi-document kinds (`LinkConfig`, `VolumeConfig`, ...). [`load`] checks every field against
+//! Talos's schema and refuses what Talos refuses, naming the document and the field;
+//! [`validate`] checks what the values mean; [`patch`] applies strategic-merge and JSON patches;
+//! [`diff`] compares two configs for dry runs, without ever showing a secret.
+//!
+//! This module is pure: it never touches files, the network or the clock, so the API server,
+//! talosctl and the controllers can all use it and its tests need nothing but text.
+
+mod check;
+mod document;
+mod emit;
+mod error;
+mod load;
+mod parse;
+mod policy;
+mod scalar;
+mod schema;
+mod schema_table;
+mod value;
+
+pub use document::{Config, DocId, Document};
+pub use error::ConfigError;
+pub use load::{Loaded, load};
+pub use policy::Effect;
+pub use value::{Map, Path, Seg, Value};
