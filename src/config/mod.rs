@@ -19,10 +19,14 @@ mod policy;
 mod scalar;
 mod schema;
 mod schema_table;
+mod typed;
+mod validate;
 mod value;
 
 pub use document::{Config, DocId, Document};
 pub use error::ConfigError;
 pub use load::{Loaded, load};
 pub use policy::Effect;
+pub use typed::{CertAndKey, CertSan, Endpoint, Hostname, Install, MachineType, MachineView, Pem, TimeServer, Token};
+pub use validate::validate;
 pub use value::{Map, Path, Seg, Value};
