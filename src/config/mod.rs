@@ -13,8 +13,13 @@ mod check;
 mod document;
 mod emit;
 mod error;
+#[cfg(test)]
+mod golden;
+mod json6902;
 mod load;
+mod merge;
 mod parse;
+pub mod patch;
 mod policy;
 mod scalar;
 mod schema;

@@ -138,7 +138,7 @@ fn kind_matches(rule: &str, kind: &Kind) -> bool {
 }
 
 /// How many leading steps of `path` the pattern covers, if it covers a prefix of it.
-fn match_prefix(pattern: &str, path: &[Seg]) -> Option<usize> {
+pub(crate) fn match_prefix(pattern: &str, path: &[Seg]) -> Option<usize> {
     let pat: Vec<&str> = if pattern.is_empty() { Vec::new() } else { pattern.split('.').collect() };
     prefix_len(&pat, path, 0)
 }
