@@ -10,6 +10,7 @@
 //! talosctl and the controllers can all use it and its tests need nothing but text.
 
 mod check;
+pub mod diff;
 mod document;
 mod emit;
 mod error;
@@ -24,10 +25,12 @@ mod policy;
 mod scalar;
 mod schema;
 mod schema_table;
+mod textdiff;
 mod typed;
 mod validate;
 mod value;
 
+pub use diff::{Diff, diff, mode_details};
 pub use document::{Config, DocId, Document};
 pub use error::ConfigError;
 pub use load::{Loaded, load};
