@@ -94,7 +94,7 @@ fn write_after_indicator(out: &mut String, v: &Value, indent: usize, in_seq: boo
         }
         Value::String(s) if s.contains('\n') && literal_allowed(s) => {
             out.push(' ');
-            write_literal(out, s, child);
+            write_literal(out, s, child, child - indent);
         }
         Value::String(s) => {
             out.push(' ');
@@ -291,10 +291,12 @@ fn literal_allowed(s: &str) -> bool {
     s.chars().count() >= 2 && s.chars().any(|c| !c.is_whitespace()) && analyze(s).block_ok
 }
 
-fn write_literal(out: &mut String, s: &str, indent: usize) {
+/// A literal block whose lines sit at `indent`, `relative` columns in from its parent (the key
+/// or the list dash), which is what an indentation indicator must say.
+fn write_literal(out: &mut String, s: &str, indent: usize, relative: usize) {
     out.push('|');
     if s.starts_with(' ') || s.starts_with(is_break) {
-        out.push_str(&INDENT.to_string());
+        out.push_str(&relative.to_string());
     }
     let body = if !s.ends_with('\n') {
         out.push('-');
@@ -412,9 +414,10 @@ mod tests {
         m.insert("strip", Value::String("x\n\ny".into()));
         m.insert("keep", Value::String("x\n\n".into()));
         m.insert("trailing", Value::String("x \ny".into()));
-        m.insert("list", Value::List(vec![Value::String("a\nb\n".into())]));
+        m.insert("list", Value::List(vec![Value::String("a\nb\n".into()), Value::String(" lead\n".into())]));
+        m.insert("lead", Value::String("\ntail\n".into()));
         let want = "clip: |\n    x\n    y\nstrip: |-\n    x\n\n    y\nkeep: |+\n    x\n\n\
-                    trailing: \"x \\ny\"\nlist:\n    - |\n      a\n      b\n";
+                    trailing: \"x \\ny\"\nlist:\n    - |\n      a\n      b\n    - |2\n       lead\nlead: |4\n\n    tail\n";
         assert_eq!(document(&Value::Map(m)), want);
     }
 

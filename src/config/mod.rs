@@ -14,6 +14,7 @@ pub mod diff;
 mod document;
 mod emit;
 mod error;
+mod fuzz;
 #[cfg(test)]
 mod golden;
 mod json6902;
@@ -33,6 +34,7 @@ mod value;
 pub use diff::{Diff, diff, mode_details};
 pub use document::{Config, DocId, Document};
 pub use error::ConfigError;
+pub use fuzz::fuzz_load;
 pub use load::{Loaded, load};
 pub use policy::Effect;
 pub use typed::{CertAndKey, CertSan, Endpoint, Hostname, Install, MachineType, MachineView, Pem, TimeServer, Token};

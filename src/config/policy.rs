@@ -139,22 +139,22 @@ fn kind_matches(rule: &str, kind: &Kind) -> bool {
 
 /// How many leading steps of `path` the pattern covers, if it covers a prefix of it.
 pub(crate) fn match_prefix(pattern: &str, path: &[Seg]) -> Option<usize> {
-    let pat: Vec<&str> = if pattern.is_empty() { Vec::new() } else { pattern.split('.').collect() };
-    prefix_len(&pat, path, 0)
+    prefix_len(pattern, path, 0)
 }
 
-fn prefix_len(pat: &[&str], path: &[Seg], used: usize) -> Option<usize> {
-    let Some((first, rest)) = pat.split_first() else {
+fn prefix_len(pattern: &str, path: &[Seg], used: usize) -> Option<usize> {
+    if pattern.is_empty() {
         return Some(used);
-    };
-    if *first == "**" {
+    }
+    let (first, rest) = pattern.split_once('.').unwrap_or((pattern, ""));
+    if first == "**" {
         // `**` takes as few steps as lets the rest match.
         return (0..=path.len()).find_map(|skip| prefix_len(rest, &path[skip..], used + skip));
     }
     let (seg, tail) = path.split_first()?;
     let ok = match seg {
-        Seg::Key(k) => *first == "*" || first == k,
-        Seg::Index(_) => *first == "*",
+        Seg::Key(k) => first == "*" || first == k,
+        Seg::Index(_) => first == "*",
     };
     if ok { prefix_len(rest, tail, used + 1) } else { None }
 }
