@@ -70,15 +70,12 @@ impl Checker<'_> {
                 Value::Float(f) if f.fract() == 0.0 && f.abs() < 9.0e18 => Ok(Value::Int(f as i64)),
                 other => Err(self.wrong(ty, &got(&other), path, s.mark)),
             },
-            (Ty::Num, Node::Scalar(s)) => match self.scalar(s, path)? {
-                v @ (Value::Int(_) | Value::Float(_)) => Ok(v),
-                other => Err(self.wrong(ty, &got(&other), path, s.mark)),
-            },
             (Ty::Bool, Node::Scalar(s)) => {
-                if s.style == Style::Plain && s.tag.is_none() {
-                    if let Some(b) = yaml11_bool(&s.text) {
-                        return Ok(Value::Bool(b));
-                    }
+                if s.style == Style::Plain
+                    && s.tag.is_none()
+                    && let Some(b) = yaml11_bool(&s.text)
+                {
+                    return Ok(Value::Bool(b));
                 }
                 match self.scalar(s, path)? {
                     Value::Bool(b) => Ok(Value::Bool(b)),
@@ -136,7 +133,7 @@ impl Checker<'_> {
         path: &Path,
     ) -> Result<Value, ConfigError> {
         let shaped = |t: &Ty| match node {
-            Node::Scalar(_) => matches!(t, Ty::Str | Ty::Int | Ty::Num | Ty::Bool | Ty::Enum(_) | Ty::Any),
+            Node::Scalar(_) => matches!(t, Ty::Str | Ty::Int | Ty::Bool | Ty::Enum(_) | Ty::Any),
             Node::List { .. } => matches!(t, Ty::List(_) | Ty::Any),
             Node::Map { .. } => matches!(t, Ty::Map(_) | Ty::Obj(_) | Ty::Any),
         };

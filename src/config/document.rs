@@ -128,3 +128,26 @@ impl Config {
         self.docs.iter().map(Document::to_yaml).collect::<Vec<_>>().join("---\n")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::load;
+    use crate::config::value::Path;
+
+    #[test]
+    fn documents_are_found_by_kind_and_name() {
+        let text = "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\n\
+                    ---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth1\nmtu: 9000\n---\napiVersion: v1alpha1\nkind: SysctlConfig\n";
+        let config = load(text).unwrap().config;
+        assert_eq!(config.documents().len(), 4);
+        assert!(config.v1alpha1().is_some());
+        let eth1 = config.find("LinkConfig", Some("eth1")).unwrap();
+        assert_eq!(eth1.id().to_string(), "LinkConfig/eth1");
+        assert_eq!(eth1.id().label(), "LinkConfig eth1");
+        assert_eq!(eth1.line_of(&Path::keys("mtu")), Some(12));
+        assert_eq!(config.by_kind("LinkConfig").count(), 2);
+        assert!(config.find("SysctlConfig", None).is_some());
+        assert!(config.find("LinkConfig", None).is_none());
+        assert_eq!(config.v1alpha1().unwrap().to_yaml(), "version: v1alpha1\nmachine:\n    type: worker\n");
+    }
+}

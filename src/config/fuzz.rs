@@ -11,10 +11,10 @@ use super::validate::validate;
 /// to the same text, which would be a bug.
 pub fn fuzz_load(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    if let Ok(patch) = Patch::parse(&text) {
-        if let Ok(base) = load("version: v1alpha1\nmachine:\n  type: worker\n") {
-            let _ = apply(&base.config, &[patch]);
-        }
+    if let Ok(patch) = Patch::parse(&text)
+        && let Ok(base) = load("version: v1alpha1\nmachine:\n  type: worker\n")
+    {
+        let _ = apply(&base.config, &[patch]);
     }
     let Ok(loaded) = load(&text) else { return };
     let config = loaded.config;

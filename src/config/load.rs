@@ -45,7 +45,6 @@ pub(crate) struct Found<'a> {
     pub kind: &'static Kind,
     pub name: Option<String>,
     pub entries: &'a [Entry],
-    pub index: usize,
     pub line: usize,
 }
 
@@ -109,7 +108,7 @@ pub(crate) fn identify(raw: &RawDoc) -> Result<Option<Found<'_>>, ConfigError> {
         (None, None) => return Err(malformed("missing kind")),
     };
     let name = if kind.named { scalar_text(entries, "name", raw)?.map(str::to_string) } else { None };
-    Ok(Some(Found { kind, name, entries, index: raw.index, line: mark.line }))
+    Ok(Some(Found { kind, name, entries, line: mark.line }))
 }
 
 /// Checks a document's fields against its kind.
@@ -202,6 +201,11 @@ pub(crate) mod tests {
                 &[],
             ),
             ("multi-document only", "apiVersion: v1alpha1\nkind: HostnameConfig\nhostname: node-1\n", &[]),
+            (
+                "JSON is YAML too",
+                "{\"version\": \"v1alpha1\", \"machine\": {\"type\": \"worker\", \"certSANs\": [\"10.0.0.1\"]}}",
+                &[],
+            ),
             ("empty documents are skipped", "---\n---\nversion: v1alpha1\ndebug: true\n---\n", &[]),
             ("legacy document without version", "machine:\n  type: controlplane\n  network:\n    hostname: cp1\n", &[]),
             (

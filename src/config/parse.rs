@@ -99,7 +99,6 @@ impl Node {
 pub(crate) struct RawDoc {
     /// 1-based position in the stream.
     pub index: usize,
-    pub line: usize,
     pub root: Option<Node>,
 }
 
@@ -247,7 +246,7 @@ pub(crate) fn parse_stream(text: &str) -> Result<Vec<RawDoc>, ConfigError> {
             Event::DocumentStart(..) => {
                 b.doc += 1;
                 b.anchors.clear();
-                current = Some(RawDoc { index: b.doc, line: mark.line, root: None });
+                current = Some(RawDoc { index: b.doc, root: None });
                 None
             }
             Event::DocumentEnd => {

@@ -48,11 +48,10 @@ impl Patch {
             Ok(p) => return Ok(Patch::StrategicMerge(p)),
             Err(e) => e,
         };
-        match parse_json(text) {
-            Ok(ops) => Ok(Patch::Json6902(ops)),
-            // A list is a broken JSON patch, anything else a broken strategic one.
-            Err((true, e)) => Err(e),
-            Err((false, _)) => Err(strategic),
+        // A list is a broken JSON patch, anything else a broken strategic one.
+        match parse_json(text)? {
+            Some(ops) => Ok(Patch::Json6902(ops)),
+            None => Err(strategic),
         }
     }
 }
@@ -176,22 +175,23 @@ fn extract_deletes(
     }
 }
 
-/// Reads a JSON patch; an error says whether the text was a list at all.
-fn parse_json(text: &str) -> Result<Vec<JsonOp>, (bool, ConfigError)> {
-    let not_ops =
-        ConfigError::PatchParse { reason: "neither config documents nor a list of JSON patch operations".into() };
-    let docs = parse_stream(text).map_err(|e| (text.trim_start().starts_with('['), e))?;
+/// Reads a JSON patch: `None` when the text is not a list at all (so it was meant as a
+/// strategic patch), an error when it is a list, or plainly meant to be one, but broken.
+fn parse_json(text: &str) -> Result<Option<Vec<JsonOp>>, ConfigError> {
+    let docs = match parse_stream(text) {
+        Ok(docs) => docs,
+        Err(e) if text.trim_start().starts_with('[') => return Err(e),
+        Err(_) => return Ok(None),
+    };
     let roots: Vec<&Node> = docs.iter().filter_map(|d| d.root.as_ref()).filter(|n| !n.is_null()).collect();
     match roots.as_slice() {
-        [] => Ok(Vec::new()),
+        [] => Ok(Some(Vec::new())),
         [root @ Node::List { .. }] => {
             let mut marks = Marks::new();
-            let value = Checker { doc: "JSON patch", marks: &mut marks }
-                .check(root, &Ty::Any, &Path::root())
-                .map_err(|e| (true, e))?;
-            json6902::parse_ops(value.as_list().unwrap_or_default()).map_err(|e| (true, e))
+            let value = Checker { doc: "JSON patch", marks: &mut marks }.check(root, &Ty::Any, &Path::root())?;
+            json6902::parse_ops(value.as_list().unwrap_or_default()).map(Some)
         }
-        _ => Err((false, not_ops)),
+        _ => Ok(None),
     }
 }
 

@@ -40,10 +40,10 @@ pub(crate) fn resolve_plain(text: &str) -> Plain {
     if let Some(i) = parse_go_int(&plain) {
         return Plain::Int(i);
     }
-    if is_yaml_float(&plain) {
-        if let Ok(f) = plain.parse::<f64>() {
-            return Plain::Float(f);
-        }
+    if is_yaml_float(&plain)
+        && let Ok(f) = plain.parse::<f64>()
+    {
+        return Plain::Float(f);
     }
     Plain::Str
 }

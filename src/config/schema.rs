@@ -11,8 +11,6 @@ use super::value::{Path, Seg};
 pub(crate) enum Ty {
     Str,
     Int,
-    /// Any number, integer or not.
-    Num,
     Bool,
     /// A string from a fixed set.
     Enum(&'static [&'static str]),
@@ -78,11 +76,7 @@ pub(crate) fn kind(kind: &str, api_version: &str) -> Option<&'static Kind> {
     KINDS.iter().find(|k| !k.is_v1alpha1() && k.kind == kind && k.api_version == api_version)
 }
 
-/// A kind by name (`v1alpha1` included), whatever its apiVersion.
-pub(crate) fn kind_named(name: &str) -> Option<&'static Kind> {
-    KINDS.iter().find(|k| k.kind == name)
-}
-
+#[cfg(test)]
 pub(crate) fn all_kinds() -> &'static [Kind] {
     KINDS
 }
@@ -112,7 +106,6 @@ pub(crate) fn describe(ty: &Ty) -> String {
     match ty {
         Ty::Str | Ty::Enum(_) => "string".into(),
         Ty::Int => "integer".into(),
-        Ty::Num => "number".into(),
         Ty::Bool => "boolean".into(),
         Ty::List(_) => "list".into(),
         Ty::Map(_) | Ty::Obj(_) => "map".into(),

@@ -5,7 +5,7 @@
 
 use super::ConfigError;
 use super::document::Config;
-use super::typed::{MachineType, MachineView};
+use super::typed::{Hostname, MachineType, MachineView};
 use super::value::{Path, Value};
 
 /// Checks a config meant to be applied to a node; returns its warnings.
@@ -32,14 +32,14 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
 
     // Every value the node acts on must parse, in either place it may be written.
     let view: MachineView = config.machine()?;
-    if let Some(hostname_doc) = config.find("HostnameConfig", None) {
-        if let Some(name) = hostname_doc.value().get("hostname").and_then(Value::as_str) {
-            super::typed::Hostname::try_from(name).map_err(|e| ConfigError::Invalid {
-                doc: "HostnameConfig".into(),
-                path: "hostname".into(),
-                reason: e,
-            })?;
-        }
+    if let Some(hostname_doc) = config.find("HostnameConfig", None)
+        && let Some(name) = hostname_doc.value().get("hostname").and_then(Value::as_str)
+    {
+        Hostname::try_from(name).map_err(|e| ConfigError::Invalid {
+            doc: "HostnameConfig".into(),
+            path: "hostname".into(),
+            reason: e,
+        })?;
     }
 
     let written_type = v1.at(&Path::keys("machine.type")).and_then(Value::as_str).unwrap_or_default();
@@ -78,10 +78,8 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
         _ => {}
     }
 
-    if let Some(files) = v1.at(&Path::keys("machine.files")).and_then(Value::as_list) {
-        if !files.is_empty() {
-            warnings.push(".machine.files is deprecated; use dedicated configuration documents instead".into());
-        }
+    if v1.at(&Path::keys("machine.files")).and_then(Value::as_list).is_some_and(|f| !f.is_empty()) {
+        warnings.push(".machine.files is deprecated; use dedicated configuration documents instead".into());
     }
     Ok(warnings)
 }

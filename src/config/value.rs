@@ -159,10 +159,6 @@ impl Map {
         self.entries.iter().map(|(k, _)| k.as_str())
     }
 
-    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&str, &mut Value)> {
-        self.entries.iter_mut().map(|(k, v)| (k.as_str(), v))
-    }
-
     /// Appends without looking for the key: for builders that already know it is new.
     pub(crate) fn push_unique(&mut self, key: String, value: Value) {
         self.entries.push((key, value));
