@@ -7,13 +7,11 @@ use serde::Serialize;
 
 use super::document::{Config, DocId, Document};
 use super::emit;
-use super::policy::{Effect, is_sensitive, subtree_effect};
+use super::policy::{Effect, REDACTED, is_sensitive, redacted, subtree_effect};
 use super::schema::{Kind, Ty, step};
 use super::textdiff;
 use super::value::{Map, Path, Seg, Value};
 
-/// What a secret is shown as.
-const REDACTED: &str = "(redacted)";
 /// What a secret that differs from the old config's is shown as in the new one's text.
 const REDACTED_CHANGED: &str = "(redacted, changed)";
 /// Longest rendering of a value in a [`Change`].
@@ -204,20 +202,6 @@ fn short(v: &Value) -> String {
     match text.char_indices().nth(SHORT) {
         Some((at, _)) => format!("{}...", &text[..at]),
         None => text,
-    }
-}
-
-/// The value at `path` with every secret below it replaced by a placeholder.
-fn redacted(kind: &'static Kind, path: &Path, v: &Value) -> Value {
-    if is_sensitive(kind, path) {
-        return Value::String(REDACTED.into());
-    }
-    match v {
-        Value::Map(m) => Value::Map(m.iter().map(|(k, v)| (k.to_string(), redacted(kind, &path.key(k), v))).collect()),
-        Value::List(items) => {
-            Value::List(items.iter().enumerate().map(|(i, v)| redacted(kind, &path.index(i), v)).collect())
-        }
-        other => other.clone(),
     }
 }
 

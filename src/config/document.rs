@@ -6,6 +6,7 @@ use std::fmt;
 
 use super::check::Marks;
 use super::emit;
+use super::policy;
 use super::schema::Kind;
 use super::value::{Map, Path, Value};
 
@@ -42,8 +43,8 @@ impl serde::Serialize for DocId {
     }
 }
 
-/// One document of a config.
-#[derive(Debug, Clone)]
+/// One document of a config. Its `Debug` form hides secrets.
+#[derive(Clone)]
 pub struct Document {
     pub(crate) kind: &'static Kind,
     pub(crate) name: Option<String>,
@@ -51,6 +52,13 @@ pub struct Document {
     pub(crate) marks: Marks,
     /// Where the document starts in its text (0 when it was built, not read).
     pub(crate) line: usize,
+}
+
+impl fmt::Debug for Document {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shown = policy::redacted(self.kind, &Path::root(), &self.value);
+        write!(f, "Document({}, {})", self.id(), emit::flow(&shown))
+    }
 }
 
 impl PartialEq for Document {
@@ -149,5 +157,7 @@ mod tests {
         assert!(config.find("SysctlConfig", None).is_some());
         assert!(config.find("LinkConfig", None).is_none());
         assert_eq!(config.v1alpha1().unwrap().to_yaml(), "version: v1alpha1\nmachine:\n    type: worker\n");
+        let secret = load("machine:\n  token: abcdef.0123456789abcdef\n").unwrap().config;
+        assert_eq!(format!("{secret:?}"), "Config { docs: [Document(v1alpha1, {machine: {token: (redacted)}})] }");
     }
 }

@@ -23,6 +23,9 @@ pub enum Effect {
     Reboot,
 }
 
+/// What a secret is shown as.
+pub(crate) const REDACTED: &str = "(redacted)";
+
 const K8S: &str = "Kubernetes and etcd are out of scope";
 const CRI: &str = "containers are out of scope";
 
@@ -164,6 +167,20 @@ pub(crate) fn is_sensitive(kind: &Kind, path: &Path) -> bool {
     let segs = path.segments();
     let by_name = segs.iter().any(|s| matches!(s, Seg::Key(k) if SECRET_NAMES.contains(&k.as_str())));
     by_name || SENSITIVE.iter().any(|(k, p)| kind_matches(k, kind) && match_prefix(p, segs).is_some())
+}
+
+/// The value at `path` with every secret below it replaced by [`REDACTED`].
+pub(crate) fn redacted(kind: &Kind, path: &Path, v: &Value) -> Value {
+    if is_sensitive(kind, path) {
+        return Value::String(REDACTED.into());
+    }
+    match v {
+        Value::Map(m) => Value::Map(m.iter().map(|(k, v)| (k.to_string(), redacted(kind, &path.key(k), v))).collect()),
+        Value::List(items) => {
+            Value::List(items.iter().enumerate().map(|(i, v)| redacted(kind, &path.index(i), v)).collect())
+        }
+        other => other.clone(),
+    }
 }
 
 /// The inert subtree `path` is in, as (its root, the reason), if any.

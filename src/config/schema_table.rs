@@ -1,11 +1,16 @@
 //! The field table of every machine-config document kind: names, wire types and enum values.
 //!
-//! Generated from the published Talos machine-config JSON schema (siderolabs/talos commit
-//! ad8823176e75, `pkg/machinery/config/schemas/config.schema.json`), with the deprecated
-//! `v1alpha1` fields that the newer schema no longer documents taken from the schemas of
-//! Talos releases v1.7.0 to v1.13.9 and the Go field list at that commit. Field names, types and
-//! enum values are interface facts; nothing here says what talosbox does with a field, which is
-//! `policy.rs`'s job. Regenerate rather than edit by hand, except to correct a wire type.
+//! Derived mechanically from Talos's published machine-config JSON schema (siderolabs/talos at
+//! ad8823176e75, `pkg/machinery/config/schemas/config.schema.json`). The deprecated `v1alpha1`
+//! fields that schema no longer documents come from the schemas of Talos v1.7.0 to v1.13.9,
+//! checked against and ordered like the Go field list at that commit. Where the schema and
+//! Talos's decoder disagree, the table follows the decoder: the kinds `UnattendedInstallConfig`
+//! and `KubeSpanEndpointsConfig` (the schema misnames them), `ImageVerificationConfig` (missing
+//! from it), `acceptedCAs` (lists, not one object), the list-valued enums, `DiskPartition.size`
+//! (a number or a string) and `machine.type` (any string; validation judges it).
+//!
+//! Field names, types and enum values are interface facts. What talosbox does with a field is
+//! not here but in `policy.rs`. Fields appear in Talos's order, which is the order Talos writes.
 
 use super::schema::{Field, Kind, Obj, Ty};
 
