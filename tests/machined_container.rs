@@ -28,9 +28,11 @@ struct Machined {
 }
 
 impl Machined {
-    fn start(state_dir: &Path) -> Self {
+    /// Starts machined keeping its files in `state_dir`, its API on `address` (each test its
+    /// own loopback address, since tests run at once).
+    fn start(state_dir: &Path, address: &str) -> Self {
         let mut child = Command::new(bin())
-            .args(["machined", "--mode", "container", "--state-dir"])
+            .args(["machined", "--mode", "container", "--address", address, "--state-dir"])
             .arg(state_dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -113,7 +115,7 @@ impl Drop for Machined {
 #[test]
 fn boots_to_maintenance_without_config_and_stops_on_sigterm() {
     let dir = scratch("maintenance");
-    let mut m = Machined::start(&dir);
+    let mut m = Machined::start(&dir, "127.0.1.1");
     let start = m.expect_line_prefix("[talosbox] uptime ");
     assert!(m.seen[start].ends_with(" machined start"), "{}", m.seen[start]);
     assert_eq!(start, 0, "the start line comes first");
@@ -138,33 +140,35 @@ fn boots_to_maintenance_without_config_and_stops_on_sigterm() {
 }
 
 #[test]
-fn runs_with_a_config_and_goes_running_when_one_appears() {
-    let with = scratch("with-config");
-    std::fs::write(with.join("config.yaml"), "version: v1alpha1\n").unwrap();
-    let without = scratch("config-later");
-    // Two at once, each with its own state directory.
-    let mut a = Machined::start(&with);
-    let mut b = Machined::start(&without);
-    a.expect_line("[talosbox] stage: booting");
-    a.expect_line("[talosbox] stage: running");
-    assert!(!a.seen.iter().any(|l| l.contains("maintenance")), "{:?}", a.seen);
+fn runs_with_a_stored_config_and_never_enters_maintenance() {
+    let dir = scratch("with-config");
+    std::fs::write(dir.join("config.yaml"), "version: v1alpha1\nmachine:\n  type: worker\n").unwrap();
+    let mut m = Machined::start(&dir, "127.0.1.2");
+    m.expect_line("[talosbox] stage: booting");
+    m.expect_line("[talosbox] stage: running");
+    assert!(!m.seen.iter().any(|l| l.contains("maintenance")), "{:?}", m.seen);
+    m.signal(rustix::process::Signal::TERM);
+    assert!(m.wait_exit().success());
+    let _ = std::fs::remove_dir_all(dir);
+}
 
-    b.expect_line("[talosbox] stage: maintenance");
-    std::fs::write(without.join("config.yaml"), "version: v1alpha1\n").unwrap();
-    b.expect_line("[talosbox] stage: running");
-
-    for m in [&mut a, &mut b] {
-        m.signal(rustix::process::Signal::TERM);
-        assert!(m.wait_exit().success());
-    }
-    let _ = std::fs::remove_dir_all(with);
-    let _ = std::fs::remove_dir_all(without);
+#[test]
+fn a_stored_config_that_does_not_load_is_not_used() {
+    let dir = scratch("bad-config");
+    std::fs::write(dir.join("config.yaml"), "version: v1alpha1\nmachine:\n  tpye: worker\n").unwrap();
+    let mut m = Machined::start(&dir, "127.0.1.3");
+    let failed = m.expect("the store's refusal", |l| l.contains("config.yaml") && l.contains("machine.tpye"));
+    assert!(m.seen[failed].contains("maintenance"), "{}", m.seen[failed]);
+    m.expect_line("[talosbox] stage: maintenance");
+    m.signal(rustix::process::Signal::TERM);
+    assert!(m.wait_exit().success());
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn poweroff_and_reboot_applets_signal_the_machined_of_a_state_dir() {
     let dir = scratch("poweroff");
-    let mut m = Machined::start(&dir);
+    let mut m = Machined::start(&dir, "127.0.1.4");
     m.expect_line("[talosbox] stage: maintenance");
     let out = Command::new(bin()).args(["poweroff", "--state-dir"]).arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -172,7 +176,7 @@ fn poweroff_and_reboot_applets_signal_the_machined_of_a_state_dir() {
     m.expect_line("[talosbox] machined: poweroff requested; container mode, exiting");
     assert!(m.wait_exit().success());
 
-    let mut m = Machined::start(&dir);
+    let mut m = Machined::start(&dir, "127.0.1.4");
     m.expect_line("[talosbox] stage: maintenance");
     let out = Command::new(bin()).args(["reboot", "--state-dir"]).arg(&dir).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -198,7 +202,7 @@ fn refuses_to_run_outside_pid1_without_container_mode() {
 #[test]
 fn a_request_as_soon_as_the_pid_file_exists_is_still_a_clean_stop() {
     let dir = scratch("early");
-    let mut m = Machined::start(&dir);
+    let mut m = Machined::start(&dir, "127.0.1.5");
     let deadline = Instant::now() + Duration::from_secs(20);
     while !dir.join("machined.pid").exists() {
         assert!(Instant::now() < deadline, "no pid file");

@@ -5,8 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use talosbox::controllers::config::{MachineConfigController, StoredConfig};
 use talosbox::controllers::runtime::{
-    KernelCmdlineController, MachineConfigFileController, MachineStatusController, ServiceController, VersionController,
+    KernelCmdlineController, MachineStatusController, ServiceController, VersionController,
 };
 use talosbox::cosi::{Controller, Harness};
 use talosbox::resources::runtime::{
@@ -14,6 +15,7 @@ use talosbox::resources::runtime::{
     ShutdownRequest, Version,
 };
 use talosbox::services::{Program, ReapMode, Reaper, RestartPolicy, ServiceDefinition, Supervisor};
+use tokio::sync::watch;
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("talosbox-rtc-{name}-{}", std::process::id()));
@@ -26,13 +28,24 @@ fn stage_is(want: MachineStage) -> impl Fn(Option<&talosbox::cosi::Resource<Mach
     move |r| r.is_some_and(|r| r.spec().stage == want)
 }
 
-fn machine(config: Option<PathBuf>, cmdline: PathBuf) -> Vec<Box<dyn Controller>> {
-    vec![
+/// The runtime controllers over a configuration store that holds nothing yet; the sender stands
+/// for the store (what an apply publishes).
+fn machine_with_store(cmdline: PathBuf) -> (Vec<Box<dyn Controller>>, watch::Sender<StoredConfig>) {
+    let (tx, rx) = watch::channel(StoredConfig::default());
+    let controllers: Vec<Box<dyn Controller>> = vec![
         Box::new(KernelCmdlineController::from_path(cmdline)),
         Box::new(VersionController),
-        Box::new(MachineConfigFileController::new(config)),
+        Box::new(MachineConfigController::new(rx, "memory")),
         Box::new(MachineStatusController),
-    ]
+    ];
+    (controllers, tx)
+}
+
+fn machine(cmdline: PathBuf) -> Vec<Box<dyn Controller>> {
+    let (controllers, tx) = machine_with_store(cmdline);
+    // The store lives as long as the test: a closed channel would read as a store that is gone.
+    std::mem::forget(tx);
+    controllers
 }
 
 #[tokio::test]
@@ -40,7 +53,7 @@ async fn cmdline_and_version_are_published() {
     let dir = scratch("cmdline");
     let cmdline = dir.join("cmdline");
     std::fs::write(&cmdline, "console=ttyS0,115200 talos.platform=metal\n").unwrap();
-    let h = Harness::start(machine(None, cmdline)).unwrap();
+    let h = Harness::start(machine(cmdline)).unwrap();
     h.assert_spec(
         NAMESPACE,
         KernelCmdline::ID,
@@ -64,7 +77,7 @@ async fn real_proc_cmdline_is_read() {
 
 #[tokio::test]
 async fn no_config_source_means_maintenance() {
-    let h = Harness::start(machine(None, "/proc/cmdline".into())).unwrap();
+    let h = Harness::start(machine("/proc/cmdline".into())).unwrap();
     let status = h
         .assert_eventually(NAMESPACE, MachineStatus::ID, "maintenance", stage_is(MachineStage::Maintenance))
         .await
@@ -73,27 +86,46 @@ async fn no_config_source_means_maintenance() {
     h.assert_spec(
         NAMESPACE,
         MachineConfigStatus::ID,
-        &MachineConfigStatus { present: false, source: "none: no STATE volume yet".into() },
+        &MachineConfigStatus { present: false, source: "none yet (memory)".into() },
     )
     .await;
     h.stop().await;
 }
 
 #[tokio::test]
-async fn config_file_appearing_moves_maintenance_to_running() {
-    let dir = scratch("config");
-    let config = dir.join("config.yaml");
-    let h = Harness::start(machine(Some(config.clone()), "/proc/cmdline".into())).unwrap();
+async fn a_stored_config_moves_maintenance_to_running() {
+    let (controllers, store) = machine_with_store("/proc/cmdline".into());
+    let h = Harness::start(controllers).unwrap();
     h.assert_eventually(NAMESPACE, MachineStatus::ID, "maintenance", stage_is(MachineStage::Maintenance)).await;
-    std::fs::write(&config, "version: v1alpha1\n").unwrap();
+    // A text that does not load is reported and never used: the machine stays in maintenance.
+    store.send_replace(StoredConfig { active: Some("machine: {typo: 1}\n".into()), ..Default::default() });
+    let status = h
+        .assert_eventually::<MachineConfigStatus, _>(NAMESPACE, MachineConfigStatus::ID, "rejected", |r| {
+            r.is_some_and(|r| r.spec().source.contains("does not load"))
+        })
+        .await
+        .unwrap();
+    assert!(!status.spec().present);
+    assert!(status.spec().source.contains("machine.typo"), "{}", status.spec().source);
+    let text = "version: v1alpha1\nmachine:\n  type: worker\n";
+    store.send_replace(StoredConfig { active: Some(text.into()), persisted: Some(text.into()), try_until: None });
     h.assert_eventually(NAMESPACE, MachineStatus::ID, "running", stage_is(MachineStage::Running)).await;
+    let active = h
+        .assert_eventually::<talosbox::resources::config::MachineConfig, _>(
+            talosbox::resources::config::NAMESPACE,
+            talosbox::resources::config::MachineConfig::ACTIVE_ID,
+            "active config",
+            |r| r.is_some(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(active.spec().yaml, text);
     h.stop().await;
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn a_missing_cmdline_keeps_the_machine_booting() {
-    let h = Harness::start(machine(None, "/nonexistent/cmdline".into())).unwrap();
+    let h = Harness::start(machine("/nonexistent/cmdline".into())).unwrap();
     let status =
         h.assert_eventually(NAMESPACE, MachineStatus::ID, "booting", stage_is(MachineStage::Booting)).await.unwrap();
     let unmet: Vec<&str> = status.spec().status.unmet_conditions.iter().map(|c| c.name.as_str()).collect();
@@ -103,7 +135,7 @@ async fn a_missing_cmdline_keeps_the_machine_booting() {
 
 #[tokio::test]
 async fn shutdown_request_sets_the_stage() {
-    let h = Harness::start(machine(None, "/proc/cmdline".into())).unwrap();
+    let h = Harness::start(machine("/proc/cmdline".into())).unwrap();
     h.assert_eventually(NAMESPACE, MachineStatus::ID, "maintenance", stage_is(MachineStage::Maintenance)).await;
     h.seed(NAMESPACE, ShutdownRequest::ID, ShutdownRequest { action: ShutdownAction::Reboot }).unwrap();
     h.assert_eventually(NAMESPACE, MachineStatus::ID, "rebooting", stage_is(MachineStage::Rebooting)).await;
@@ -118,7 +150,7 @@ async fn services_are_mirrored_and_readiness_follows_them() {
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::spawn(reaper.clone().run(cancel.clone()));
     let supervisor = Supervisor::new(reaper, "/bin/true".into(), Duration::from_secs(5), |_| {});
-    let mut controllers = machine(None, "/proc/cmdline".into());
+    let mut controllers = machine("/proc/cmdline".into());
     controllers.push(Box::new(ServiceController::new(supervisor.clone())));
     let h = Harness::start(controllers).unwrap();
 

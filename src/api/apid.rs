@@ -38,6 +38,8 @@ pub enum ApidError {
     Listen { address: String, source: std::io::Error },
     #[error("TLS: {0}")]
     Tls(#[from] crate::pki::PkiError),
+    #[error("machined's state socket is gone")]
+    StateGone,
 }
 
 /// `:50000` → all addresses; otherwise the address as written.
@@ -69,13 +71,21 @@ impl LocalNames {
     fn is_local(&self, target: &str) -> bool {
         let (host, _) = crate::client::conn::split_endpoint(target, super::proxy::APID_PORT)
             .unwrap_or_else(|_| (target.to_string(), 0));
-        self.names.read().unwrap_or_else(|p| p.into_inner()).iter().any(|n| *n == host)
+        self.names.read().unwrap_or_else(|p| p.into_inner()).contains(&host)
     }
 }
 
 /// Dials other apids with the node's impersonator certificate, trusting the accepted CAs.
+/// Both are replaced in place when they rotate, so forwarding follows without a restart.
+#[derive(Default)]
 struct Dialer {
-    tls: Arc<rustls::ClientConfig>,
+    tls: RwLock<Option<Arc<rustls::ClientConfig>>>,
+}
+
+impl Dialer {
+    fn set(&self, tls: Option<Arc<rustls::ClientConfig>>) {
+        *self.tls.write().unwrap_or_else(|p| p.into_inner()) = tls;
+    }
 }
 
 #[async_trait::async_trait]
@@ -83,26 +93,46 @@ impl RemoteDialer for Dialer {
     async fn dial(&self, target: &str) -> Result<hyper::client::conn::http2::SendRequest<ProxyBody>, BoxError> {
         let (host, port) = crate::client::conn::split_endpoint(target, super::proxy::APID_PORT)?;
         let name = rustls::pki_types::ServerName::try_from(host.clone())?;
-        let tcp = tokio::time::timeout(crate::client::conn::CONNECT_TIMEOUT, tokio::net::TcpStream::connect((host.as_str(), port)))
-            .await
-            .map_err(|_| format!("connecting to {target}: timed out"))??;
+        let tcp = tokio::time::timeout(
+            crate::client::conn::CONNECT_TIMEOUT,
+            tokio::net::TcpStream::connect((host.as_str(), port)),
+        )
+        .await
+        .map_err(|_| format!("connecting to {target}: timed out"))??;
         tcp.set_nodelay(true)?;
-        let tls = tokio_rustls::TlsConnector::from(self.tls.clone()).connect(name, tcp).await?;
+        let config = self.tls.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let config = config.ok_or("this node has no client certificate to forward with yet")?;
+        let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await?;
         handshake(tls).await
     }
 }
 
 /// Runs apid until `cancel`.
 pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), ApidError> {
-    let channel =
-        crate::client::conn::unix(&paths.runtime).map_err(|source| ApidError::State { path: paths.runtime.clone(), source })?;
+    let channel = crate::client::conn::unix(&paths.runtime)
+        .map_err(|source| ApidError::State { path: paths.runtime.clone(), source })?;
     let (config_tx, mut config_rx) = watch::channel::<Option<ApiServiceConfig>>(None);
     let (certs_tx, mut certs_rx) = watch::channel::<Option<ApiCertificates>>(None);
-    let log = |m: &str| eprintln!("apid: {m}");
-    tokio::spawn(crate::client::state::follow(channel.clone(), rt::NAMESPACE, ApiServiceConfig::ID, config_tx, cancel.clone(), log));
-    tokio::spawn(crate::client::state::follow(channel, sec::NAMESPACE, ApiCertificates::ID, certs_tx, cancel.clone(), log));
+    let log = |m: &str| crate::applets::log_line("apid", m);
+    tokio::spawn(crate::client::state::follow(
+        channel.clone(),
+        rt::NAMESPACE,
+        ApiServiceConfig::ID,
+        config_tx,
+        cancel.clone(),
+        log,
+    ));
+    tokio::spawn(crate::client::state::follow(
+        channel,
+        sec::NAMESPACE,
+        ApiCertificates::ID,
+        certs_tx,
+        cancel.clone(),
+        log,
+    ));
 
     let local = Arc::new(LocalNames::default());
+    let dialer = Arc::new(Dialer::default());
     let mut serving: Option<(ApiServiceConfig, ServerTls, CancellationToken)> = None;
     loop {
         let config = config_rx.borrow_and_update().clone();
@@ -111,6 +141,13 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
             (Some(config), Some(certs)) => {
                 local.set_from(&certs.server.crt_pem);
                 let cas: Vec<String> = certs.accepted_cas.iter().map(|c| c.crt.clone()).collect();
+                match &certs.client {
+                    Some(client) => match crate::pki::tls::client_config(&cas, Some(client)) {
+                        Ok(tls) => dialer.set(Some(tls)),
+                        Err(e) => log(&format!("client certificate refused, not forwarding with it: {e}")),
+                    },
+                    None => dialer.set(None),
+                }
                 let same = serving.as_ref().is_some_and(|(c, _, _)| *c == config);
                 if same {
                     if let Some((_, tls, _)) = &serving {
@@ -125,15 +162,14 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                     }
                     let mode = if config.skip_verifying_client_cert { ClientAuth::None } else { ClientAuth::Required };
                     let tls = ServerTls::new(&certs.server, &cas, mode)?;
-                    let address = listen_address(&config.listen_address)
-                        .map_err(|e| ApidError::Listen { address: config.listen_address.clone(), source: std::io::Error::other(e) })?;
-                    let listener =
-                        bind_retrying(address).await.map_err(|source| ApidError::Listen { address: address.to_string(), source })?;
-                    let forwarding = match (&certs.client, config.node_routing_disabled) {
-                        (Some(client), false) => Some(Arc::new(Dialer { tls: crate::pki::tls::client_config(&cas, Some(client))? })
-                            as Arc<dyn RemoteDialer>),
-                        _ => None,
-                    };
+                    let address = listen_address(&config.listen_address).map_err(|e| ApidError::Listen {
+                        address: config.listen_address.clone(),
+                        source: std::io::Error::other(e),
+                    })?;
+                    let listener = bind_retrying(address)
+                        .await
+                        .map_err(|source| ApidError::Listen { address: address.to_string(), source })?;
+                    let forwarding = (!config.node_routing_disabled).then(|| dialer.clone() as Arc<dyn RemoteDialer>);
                     let role_mode = if config.readonly_role_mode { RoleMode::ReadOnly } else { RoleMode::Certificate };
                     let names = local.clone();
                     let proxy = Arc::new(Proxy::new(
@@ -143,10 +179,13 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                         role_mode,
                     ));
                     let stop = cancel.child_token();
-                    println!(
-                        "apid: serving on {address} ({}{})",
-                        if config.skip_verifying_client_cert { "maintenance: server TLS only" } else { "mTLS" },
-                        if config.node_routing_disabled { ", no forwarding" } else { "" }
+                    crate::applets::log_line(
+                        "apid",
+                        &format!(
+                            "serving on {address} ({}{})",
+                            if config.skip_verifying_client_cert { "maintenance: server TLS only" } else { "mTLS" },
+                            if config.node_routing_disabled { ", no forwarding" } else { "" }
+                        ),
                     );
                     tokio::spawn(accept(listener, tls.config(), proxy, stop.clone()));
                     serving = Some((config, tls, stop));
@@ -154,15 +193,18 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
             }
             _ => {
                 if let Some((_, _, stop)) = serving.take() {
-                    println!("apid: configuration gone; not serving");
+                    crate::applets::log_line("apid", "configuration gone; not serving");
                     stop.cancel();
                 }
             }
         }
-        tokio::select! {
+        let changed = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
-            _ = config_rx.changed() => {}
-            _ = certs_rx.changed() => {}
+            r = config_rx.changed() => r,
+            r = certs_rx.changed() => r,
+        };
+        if changed.is_err() {
+            return Err(ApidError::StateGone);
         }
     }
 }
@@ -203,7 +245,7 @@ async fn accept(
             a = listener.accept() => match a {
                 Ok(a) => a,
                 Err(e) => {
-                    eprintln!("apid: accepting: {e}");
+                    crate::applets::log_line("apid", &format!("accepting: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
@@ -217,7 +259,7 @@ async fn accept(
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    eprintln!("apid: TLS handshake with {peer} refused: {e}");
+                    crate::applets::log_line("apid", &format!("TLS handshake with {peer} refused: {e}"));
                     return;
                 }
                 Err(_) => return,

@@ -46,8 +46,10 @@ fn invalid(e: impl std::fmt::Display) -> Status {
 }
 
 pub async fn apply(api: &MachineApi, r: m::ApplyConfigurationRequest) -> Result<m::ApplyConfigurationResponse, Status> {
-    let permit =
-        api.node.begin_apply().ok_or_else(|| Status::failed_precondition("another apply configuration is already in progress"))?;
+    let permit = api
+        .node
+        .begin_apply()
+        .ok_or_else(|| Status::failed_precondition("another apply configuration is already in progress"))?;
     let maintenance = api.node.mode() == NodeMode::Maintenance;
     let requested = Mode::try_from(r.mode).map_err(|_| invalid(format!("mode: unknown value {}", r.mode)))?;
 
@@ -110,16 +112,19 @@ pub async fn apply(api: &MachineApi, r: m::ApplyConfigurationRequest) -> Result<
         _ => StoreMode::Now,
     };
     if mode != Mode::Staged && !maintenance && diff.requires_reboot() {
-        let paths: Vec<String> = diff
-            .changes()
-            .filter(|c| c.effect == crate::config::Effect::Reboot)
-            .map(|c| c.path.to_string())
-            .collect();
+        let paths: Vec<String> =
+            diff.changes().filter(|c| c.effect == crate::config::Effect::Reboot).map(|c| c.path.to_string()).collect();
         details.push_str(&format!("\nThese changes take effect at the next reboot: {}", paths.join(", ")));
     }
     permit.store(&text, store_mode)?;
     Ok(m::ApplyConfigurationResponse {
-        messages: vec![m::ApplyConfiguration { metadata: None, warnings, mode: mode as i32, mode_details: details, diff_json }],
+        messages: vec![m::ApplyConfiguration {
+            metadata: None,
+            warnings,
+            mode: mode as i32,
+            mode_details: details,
+            diff_json,
+        }],
     })
 }
 

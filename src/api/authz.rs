@@ -149,9 +149,26 @@ pub fn rule(method: &str) -> Rule {
     RULES.iter().find(|(m, _)| *m == method).map_or(FALLBACK, |(_, r)| *r)
 }
 
+/// What a node in maintenance mode serves, as Talos's maintenance service does: applying a
+/// configuration, its version, a reset, and reads of non-sensitive resources. Everything else
+/// waits for a configuration.
+pub const MAINTENANCE_METHODS: &[&str] = &[
+    "/machine.MachineService/ApplyConfiguration",
+    "/machine.MachineService/Version",
+    "/machine.MachineService/Reset",
+    "/machine.MachineService/Upgrade",
+    "/cosi.resource.State/Get",
+    "/cosi.resource.State/List",
+    "/cosi.resource.State/Watch",
+];
+
 /// Whether a caller holding `roles` may call `method` on a node in `mode`; the refusal names
-/// the method, the roles it needs and the roles the caller had.
+/// the method, the roles it needs and the roles the caller had. In maintenance mode a method
+/// outside [`MAINTENANCE_METHODS`] is Unimplemented, whatever the roles.
 pub fn authorize<S: AsRef<str>>(method: &str, roles: &[S], mode: NodeMode) -> Result<(), Status> {
+    if mode == NodeMode::Maintenance && !MAINTENANCE_METHODS.contains(&method) {
+        return Err(Status::new(Code::Unimplemented, format!("{method} is not available in maintenance mode")));
+    }
     let r = rule(method);
     let holds = |allowed: &[&str]| roles.iter().any(|have| allowed.contains(&have.as_ref()));
     if holds(r.roles) || (mode == NodeMode::Maintenance && holds(r.maintenance_roles)) {
@@ -190,6 +207,17 @@ mod tests {
         assert!(!ok("/cosi.resource.State/Update", &[OPERATOR]));
         assert!(!ok("/machine.MachineService/Version", &[IMPERSONATOR]), "an impersonator alone may call nothing");
         assert!(!ok("/machine.MachineService/Version", &[] as &[&str]));
+    }
+
+    #[test]
+    fn maintenance_serves_only_its_own_methods() {
+        let m = NodeMode::Maintenance;
+        assert!(authorize("/machine.MachineService/ApplyConfiguration", &[READER], m).is_ok());
+        assert!(authorize("/machine.MachineService/Version", &[READER], m).is_ok());
+        let refused = authorize("/machine.MachineService/ServiceList", &[ADMIN], m).unwrap_err();
+        assert_eq!(refused.code(), Code::Unimplemented);
+        assert!(refused.message().contains("maintenance"), "{}", refused.message());
+        assert!(authorize("/machine.MachineService/ServiceList", &[READER], NodeMode::Configured).is_ok());
     }
 
     #[test]

@@ -22,7 +22,9 @@ pub fn generate(
         .find::<OsRoot>(sec::NAMESPACE, OsRoot::ID)
         .map_err(|e| Status::internal(e.to_string()))?
         .filter(|r| !r.spec().issuing_ca.key_pem.is_empty())
-        .ok_or_else(|| Status::failed_precondition("client configuration can only be generated on control plane nodes"))?;
+        .ok_or_else(|| {
+            Status::failed_precondition("client configuration can only be generated on control plane nodes")
+        })?;
     let ttl = r.crt_ttl.and_then(|d| Duration::try_from(d).ok()).filter(|d| !d.is_zero());
     let ttl = ttl.ok_or_else(|| Status::invalid_argument("crt_ttl should be positive"))?;
     let (roles, _unknown) = RoleSet::parse(&r.roles);

@@ -21,17 +21,16 @@ use super::events::{EventLog, Tail};
 use super::node::{Node, PowerAction, ServiceAction};
 use super::proto::common;
 use super::proto::machine::{self as m, machine_service_server::MachineService};
-use crate::cosi::{Registry, State};
+use crate::cosi::State;
 
 pub struct MachineApi {
     pub(crate) node: Arc<dyn Node>,
     pub(crate) state: State,
-    pub(crate) registry: Arc<Registry>,
 }
 
 impl MachineApi {
-    pub fn new(node: Arc<dyn Node>, state: State, registry: Arc<Registry>) -> Self {
-        MachineApi { node, state, registry }
+    pub fn new(node: Arc<dyn Node>, state: State) -> Self {
+        MachineApi { node, state }
     }
 }
 
@@ -87,7 +86,11 @@ fn file_info(path: &Path, root: &Path) -> m::FileInfo {
             name,
             size: md.len() as i64,
             mode: go_file_mode(&md),
-            modified: md.modified().ok().and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs() as i64),
+            modified: md
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs() as i64),
             is_dir: md.is_dir(),
             error: String::new(),
             link: if md.file_type().is_symlink() {
@@ -315,7 +318,8 @@ impl MachineService for MachineApi {
     }
 
     async fn memory(&self, _: Request<()>) -> Result<Response<m::MemoryResponse>, Status> {
-        let mi = crate::kernel::procfs::meminfo().map_err(|e| Status::internal(format!("reading /proc/meminfo: {e}")))?;
+        let mi =
+            crate::kernel::procfs::meminfo().map_err(|e| Status::internal(format!("reading /proc/meminfo: {e}")))?;
         let f = |k: &str| mi.get(k).copied().unwrap_or(0);
         let meminfo = m::MemInfo {
             memtotal: f("MemTotal"),
@@ -508,7 +512,10 @@ impl MachineService for MachineApi {
         }))
     }
 
-    async fn service_stop(&self, request: Request<m::ServiceStopRequest>) -> Result<Response<m::ServiceStopResponse>, Status> {
+    async fn service_stop(
+        &self,
+        request: Request<m::ServiceStopRequest>,
+    ) -> Result<Response<m::ServiceStopResponse>, Status> {
         let id = request.into_inner().id;
         self.node.service(&id, ServiceAction::Stop).await?;
         Ok(Response::new(m::ServiceStopResponse {

@@ -79,7 +79,7 @@ pub async fn serve(
 
     let mode_node = node.clone();
     let machine_guard = Guard { uids: vec![uids.apid, uids.machined], roles: Some(Arc::new(move || mode_node.mode())) };
-    let api = MachineApi::new(node, state.clone(), registry.clone());
+    let api = MachineApi::new(node, state.clone());
     let machine_server = tonic::transport::Server::builder()
         .layer(GuardLayer(Arc::new(machine_guard)))
         .add_service(MachineServiceServer::new(api).max_decoding_message_size(MAX_MESSAGE_SIZE))

@@ -26,6 +26,8 @@ use crate::resources::secrets::{self as sec, OsRoot, TrustdCertificates};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TrustdError {
+    #[error("machined's state socket is gone")]
+    StateGone,
     #[error("state socket {}: {source}", path.display())]
     State { path: PathBuf, source: crate::client::conn::DialError },
     #[error("listening on {address}: {source}")]
@@ -70,8 +72,8 @@ impl srv::SecurityService for Arc<Signer> {
         if root.issuing_ca.key_pem.is_empty() {
             return Err(Status::failed_precondition("this node holds no OS CA key: only control planes sign"));
         }
-        let csr = String::from_utf8(request.into_inner().csr)
-            .map_err(|_| Status::invalid_argument("csr: not PEM text"))?;
+        let csr =
+            String::from_utf8(request.into_inner().csr).map_err(|_| Status::invalid_argument("csr: not PEM text"))?;
         let ca = CertificateAuthority::from_pem(&root.issuing_ca.crt_pem, &root.issuing_ca.key_pem)
             .map_err(|e| Status::internal(e.to_string()))?;
         let crt = crate::pki::sign_csr_as_server(&ca, &csr, NODE_CERT_VALIDITY, SystemTime::now())
@@ -83,12 +85,27 @@ impl srv::SecurityService for Arc<Signer> {
 
 /// Runs trustd on `listen` until `cancel`, reading from the state socket at `runtime`.
 pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken) -> Result<(), TrustdError> {
-    let channel = crate::client::conn::unix(&runtime).map_err(|source| TrustdError::State { path: runtime.clone(), source })?;
+    let channel =
+        crate::client::conn::unix(&runtime).map_err(|source| TrustdError::State { path: runtime.clone(), source })?;
     let (root_tx, mut root_rx) = watch::channel::<Option<OsRoot>>(None);
     let (certs_tx, mut certs_rx) = watch::channel::<Option<TrustdCertificates>>(None);
-    let log = |m: &str| eprintln!("trustd: {m}");
-    tokio::spawn(crate::client::state::follow(channel.clone(), sec::NAMESPACE, OsRoot::ID, root_tx, cancel.clone(), log));
-    tokio::spawn(crate::client::state::follow(channel, sec::NAMESPACE, TrustdCertificates::ID, certs_tx, cancel.clone(), log));
+    let log = |m: &str| crate::applets::log_line("trustd", m);
+    tokio::spawn(crate::client::state::follow(
+        channel.clone(),
+        sec::NAMESPACE,
+        OsRoot::ID,
+        root_tx,
+        cancel.clone(),
+        log,
+    ));
+    tokio::spawn(crate::client::state::follow(
+        channel,
+        sec::NAMESPACE,
+        TrustdCertificates::ID,
+        certs_tx,
+        cancel.clone(),
+        log,
+    ));
 
     let signer = Arc::new(Signer::new(None));
     let mut tls: Option<ServerTls> = None;
@@ -101,7 +118,7 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
                 let listener = tokio::net::TcpListener::bind(listen)
                     .await
                     .map_err(|source| TrustdError::Listen { address: listen, source })?;
-                println!("trustd: serving on {listen}");
+                crate::applets::log_line("trustd", &format!("serving on {listen}"));
                 tokio::spawn(accept(listener, server.config(), signer.clone(), cancel.clone()));
                 tls = Some(server);
             }
@@ -112,10 +129,13 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
             }
             _ => {}
         }
-        tokio::select! {
+        let changed = tokio::select! {
             () = cancel.cancelled() => return Ok(()),
-            _ = root_rx.changed() => {}
-            _ = certs_rx.changed() => {}
+            r = root_rx.changed() => r,
+            r = certs_rx.changed() => r,
+        };
+        if changed.is_err() {
+            return Err(TrustdError::StateGone);
         }
     }
 }
@@ -131,14 +151,24 @@ async fn accept(
     loop {
         let (tcp, peer) = tokio::select! {
             () = cancel.cancelled() => return,
-            a = listener.accept() => match a { Ok(a) => a, Err(_) => continue },
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: say so, and do not spin.
+                    crate::applets::log_line("trustd", &format!("accepting: {e}"));
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
         };
         let acceptor = acceptor.clone();
         let service = service.clone();
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
-                Ok(Err(e)) => return eprintln!("trustd: TLS handshake with {peer} refused: {e}"),
+                Ok(Err(e)) => {
+                    return crate::applets::log_line("trustd", &format!("TLS handshake with {peer} refused: {e}"));
+                }
                 Err(_) => return,
             };
             let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())

@@ -80,7 +80,9 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         };
     }
     match (mode, state_dir) {
-        (Some(ModeFlag::Container), Some(state_dir)) => machined::run(Mode::Container { state_dir, address }, services()),
+        (Some(ModeFlag::Container), Some(state_dir)) => {
+            machined::run(Mode::Container { state_dir, address }, services())
+        }
         // clap requires both unless the graph was asked for.
         _ => ExitCode::from(2),
     }

@@ -39,7 +39,10 @@ pub fn split_endpoint(endpoint: &str, default_port: u16) -> Result<(String, u16)
         return Ok((ip.to_string(), default_port));
     }
     if let Some(inner) = e.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
-        return inner.parse::<std::net::Ipv6Addr>().map(|ip| (ip.to_string(), default_port)).map_err(|_| bad("bad IPv6"));
+        return inner
+            .parse::<std::net::Ipv6Addr>()
+            .map(|ip| (ip.to_string(), default_port))
+            .map_err(|_| bad("bad IPv6"));
     }
     match e.rsplit_once(':') {
         Some((host, port)) => {

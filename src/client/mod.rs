@@ -2,6 +2,7 @@
 //! ([`conn`]). talosctl, the worker's certificate controller and the services use it; it
 //! depends only on the wire types (`api::proto`) and the PKI, never on a server.
 
+pub mod api;
 pub mod config;
 pub mod conn;
 pub mod state;

@@ -65,7 +65,11 @@ pub async fn follow<T: ResourceSpec>(
                                         tx.send_replace(None);
                                     }
                                     Ok(EventType::Errored) => {
-                                        log(&format!("watch of {}: {}", T::DEFINITION.type_name, event.error.unwrap_or_default()));
+                                        log(&format!(
+                                            "watch of {}: {}",
+                                            T::DEFINITION.type_name,
+                                            event.error.unwrap_or_default()
+                                        ));
                                     }
                                     _ => {}
                                 }

@@ -18,11 +18,11 @@
 
 mod check;
 pub mod diff;
-pub mod generate;
 mod document;
 mod emit;
 mod error;
 mod fuzz;
+pub mod generate;
 #[cfg(test)]
 mod golden;
 mod json6902;

@@ -381,8 +381,24 @@ impl Reader<'_> {
 }
 
 impl Config {
-    /// The typed view of the v1alpha1 document; an empty view when there is none.
+    /// The typed view of the v1alpha1 document; an empty view when there is none. The
+    /// cluster's name and endpoint come from v1alpha1's `cluster` section or, as Talos's newer
+    /// generated configs write them, from the `KubeClusterConfig` document.
     pub fn machine(&self) -> Result<MachineView, ConfigError> {
+        let mut view = self.v1alpha1_view()?;
+        if let Some(doc) = self.find("KubeClusterConfig", None) {
+            let r = Reader { root: doc.value() };
+            if view.cluster_name.is_none() {
+                view.cluster_name = r.str(&Path::keys("clusterName")).map(str::to_string);
+            }
+            if view.control_plane_endpoint.is_none() {
+                view.control_plane_endpoint = r.parse("endpoint")?;
+            }
+        }
+        Ok(view)
+    }
+
+    fn v1alpha1_view(&self) -> Result<MachineView, ConfigError> {
         let Some(doc) = self.v1alpha1() else { return Ok(MachineView::default()) };
         let r = Reader { root: doc.value() };
 
@@ -541,5 +557,13 @@ mod tests {
             let err = load(text).unwrap().config.machine().unwrap_err().to_string();
             assert!(err.starts_with(want), "{err}");
         }
+    }
+
+    #[test]
+    fn the_cluster_endpoint_comes_from_kube_cluster_config_too() {
+        let text = "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: KubeClusterConfig\nclusterName: demo\nendpoint: https://10.5.0.2:6443\n";
+        let view = crate::config::load(text).unwrap().config.machine().unwrap();
+        assert_eq!(view.cluster_name.as_deref(), Some("demo"));
+        assert_eq!(view.control_plane_endpoint.unwrap().host(), "10.5.0.2");
     }
 }

@@ -67,7 +67,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
         (Scope::Anywhere, Box::new(ApiServiceConfigController::new(env.api_listen.clone()))),
         (Scope::Anywhere, Box::new(secrets::RootController)),
         (Scope::Anywhere, Box::new(secrets::CertSansController::new(env.node.clone()))),
-        (Scope::Anywhere, Box::new(secrets::ApiCertController::new(env.node.clone()))),
+        (Scope::Anywhere, Box::new(secrets::ApiCertController::new())),
         (Scope::Anywhere, Box::new(secrets::TrustdCertController)),
     ]
 }

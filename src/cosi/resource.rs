@@ -66,6 +66,12 @@ pub trait ResourceSpec:
     fn to_proto(&self) -> Option<Vec<u8>> {
         None
     }
+
+    /// The spec's YAML when the spec is a YAML text of its own (the machine configuration:
+    /// its documents, as Talos shows them), instead of the serialized fields.
+    fn yaml_text(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Object-safe face of a spec, for type-erased storage and the API.
@@ -101,6 +107,9 @@ impl<T: ResourceSpec> SpecObject for T {
     }
 
     fn to_yaml(&self) -> Result<String, CodecError> {
+        if let Some(text) = self.yaml_text() {
+            return Ok(text);
+        }
         serde_saphyr::to_string(self).map_err(|e| codec_error(T::DEFINITION.type_name, "yaml", "encoding", e))
     }
 

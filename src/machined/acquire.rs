@@ -35,9 +35,8 @@ pub async fn fetch(url: &str) -> Result<String, String> {
         .await
         .map_err(|_| format!("{url}: connecting timed out"))?
         .map_err(|e| format!("{url}: connecting: {e}"))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .map_err(|e| format!("{url}: {e}"))?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| format!("{url}: {e}"))?;
     tokio::spawn(conn);
     let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
     let path = uri.path_and_query().map(|p| p.to_string()).unwrap_or_else(|| "/".into());

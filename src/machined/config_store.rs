@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-
 use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::task::JoinHandle;
 

@@ -265,9 +265,7 @@ fn environment(
     config: watch::Receiver<crate::controllers::config::StoredConfig>,
 ) -> Environment {
     let (set, cmdline) = match mode {
-        Mode::Node => {
-            (ControllerSet::Node, Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE)))
-        }
+        Mode::Node => (ControllerSet::Node, Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE))),
         // Never the host's own command line: a node process has its own, or none.
         Mode::Container { state_dir, .. } => {
             (ControllerSet::Container, Some(state_dir.join(CMDLINE_FILE)).filter(|p| p.is_file()))
@@ -326,6 +324,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     });
 
     if let Mode::Container { state_dir, .. } = mode {
+        supervisor.stop_services_when_we_die();
         std::fs::create_dir_all(state_dir)
             .map_err(|source| MachinedError::StateDir { path: state_dir.clone(), source })?;
         // Written before any stage is printed, so whoever sees a stage can signal us; written
@@ -338,6 +337,14 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     }
 
     let store = ConfigStore::open(mode.config_path())?;
+    if let Some(text) = store.snapshot().active
+        && let Err(e) = crate::config::load(&text)
+    {
+        console::line(&format!(
+            "machined: the stored configuration {} does not load, so it is not used (maintenance until one is applied): {e}",
+            mode.config_path().display()
+        ));
+    }
     let state = State::in_memory();
     let registry = Arc::new(crate::resources::registry()?);
     let mut runtime = Runtime::new(state.clone(), registry.clone());
@@ -645,8 +652,6 @@ async fn print_stages(
     }
 }
 
-/// Asks the running machined for `action`: the one whose pid file is in `state_dir`, or
-/// PID 1. Returns the pid signalled.
 /// Whether two paths name the same file (following links).
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -656,6 +661,8 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Asks the running machined for `action`: the one whose pid file is in `state_dir`, or
+/// PID 1. Returns the pid signalled.
 pub fn request(action: PowerAction, state_dir: Option<&Path>) -> Result<i32, MachinedError> {
     let pid = match state_dir {
         None => {

@@ -94,8 +94,10 @@ impl Node for MachineNode {
     }
 
     async fn reset(&self, reboot: bool) -> Result<(), Status> {
-        let guard =
-            self.store.begin_apply().ok_or_else(|| Status::failed_precondition("a configuration apply is in progress"))?;
+        let guard = self
+            .store
+            .begin_apply()
+            .ok_or_else(|| Status::failed_precondition("a configuration apply is in progress"))?;
         self.store.forget(&guard).map_err(|e| Status::internal(e.to_string()))?;
         self.power(if reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
     }

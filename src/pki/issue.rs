@@ -35,7 +35,7 @@ pub(crate) const OID_COMMON_NAME: &[u8] = &[0x06, 0x03, 0x55, 0x04, 0x03];
 pub(crate) const OID_ORGANIZATION: &[u8] = &[0x06, 0x03, 0x55, 0x04, 0x0a];
 
 /// A certificate and its private key, both PEM.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct CertAndKey {
     pub crt_pem: String,
     pub key_pem: String,
@@ -76,12 +76,6 @@ impl<'de> serde::Deserialize<'de> for CertAndKey {
             String::from_utf8(bytes).map_err(|_| D::Error::custom(format!("{field}: not PEM text")))
         };
         Ok(CertAndKey { crt_pem: decode("crt", &w.crt)?, key_pem: decode("key", &w.key)? })
-    }
-}
-
-impl Default for CertAndKey {
-    fn default() -> Self {
-        CertAndKey { crt_pem: String::new(), key_pem: String::new() }
     }
 }
 

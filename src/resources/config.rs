@@ -35,6 +35,10 @@ impl ResourceSpec for MachineConfig {
         print_columns: &[],
         sensitivity: Sensitivity::Sensitive,
     };
+
+    fn yaml_text(&self) -> Option<String> {
+        Some(self.yaml.clone())
+    }
 }
 
 /// Talos's machine types, with their names and numbers (`machine.Type`).

@@ -81,6 +81,9 @@ pub struct Supervisor {
     observer: Observer,
     entries: Mutex<BTreeMap<String, Entry>>,
     changed: watch::Sender<u64>,
+    /// Whether services get SIGTERM when the process that started them dies (container mode:
+    /// a killed machined must not leave its services running).
+    die_with_parent: std::sync::atomic::AtomicBool,
 }
 
 impl Supervisor {
@@ -100,7 +103,15 @@ impl Supervisor {
             observer: Box::new(observer),
             entries: Mutex::new(BTreeMap::new()),
             changed,
+            die_with_parent: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Services started from now on get SIGTERM when this process dies. The kernel sends it
+    /// when the spawning *thread* exits, so this is for callers that spawn from long-lived
+    /// threads (the async runtime's workers), as machined does.
+    pub fn stop_services_when_we_die(&self) {
+        self.die_with_parent.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<String, Entry>> {
@@ -335,6 +346,17 @@ impl Supervisor {
         }
         if let Some(uid) = def.uid {
             cmd.uid(uid);
+        }
+        if self.die_with_parent.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: the closure runs in the child between fork and exec and makes a single
+            // prctl(2) system call, which is async-signal-safe; it allocates nothing and takes
+            // no locks. It runs after the uid/gid switch, which would otherwise clear it.
+            unsafe {
+                cmd.pre_exec(|| {
+                    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+                        .map_err(std::io::Error::from)
+                });
+            }
         }
         let spawned = self.reaper.spawn(&mut cmd);
         // Closes our copies of the pipe's write end, so the reader sees EOF when the service

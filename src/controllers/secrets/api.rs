@@ -13,19 +13,18 @@
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use super::{NodeIdentity, TRUSTD_PORT, renew_at, until};
+use super::{TRUSTD_PORT, renew_at, until};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::pki::{self, CertificateAuthority, Role, RoleSet, Validity};
 use crate::resources::config::{self as cfg, MachineConfig, MachineTypeSpec};
 use crate::resources::secrets::{self as sec, ApiCertificates, CertAndKey, CertSans, MaintenanceRoot, OsRoot};
 
-pub struct ApiCertController {
-    node: NodeIdentity,
-}
+#[derive(Default)]
+pub struct ApiCertController {}
 
 impl ApiCertController {
-    pub fn new(node: NodeIdentity) -> Self {
-        ApiCertController { node }
+    pub fn new() -> Self {
+        ApiCertController {}
     }
 }
 
@@ -41,7 +40,13 @@ fn still_good(crt: &str, ca: &str, sans: &CertSans, now: SystemTime) -> bool {
 }
 
 fn server(ca: &CertificateAuthority, sans: &CertSans, now: SystemTime) -> Result<CertAndKey, pki::PkiError> {
-    pki::issue_server(ca, &sans.fqdn, &sans.ips, &sans.dns_names, Validity::starting(now, pki::issue::NODE_CERT_VALIDITY))
+    pki::issue_server(
+        ca,
+        &sans.fqdn,
+        &sans.ips,
+        &sans.dns_names,
+        Validity::starting(now, pki::issue::NODE_CERT_VALIDITY),
+    )
 }
 
 /// A worker's certificate, signed by trustd at `endpoint`.
@@ -62,7 +67,8 @@ async fn from_trustd(
         .await
         .map_err(|s| format!("trustd at {endpoint}: {}: {}", s.code(), s.message()))?
         .into_inner();
-    let crt = String::from_utf8(reply.crt).map_err(|_| format!("trustd at {endpoint} sent a certificate that is not PEM"))?;
+    let crt =
+        String::from_utf8(reply.crt).map_err(|_| format!("trustd at {endpoint} sent a certificate that is not PEM"))?;
     Ok(CertAndKey { crt_pem: crt, key_pem: csr.key_pem })
 }
 
@@ -103,14 +109,23 @@ impl Controller for ApiCertController {
             };
             ctx.apply(sec::NAMESPACE, MaintenanceRoot::ID, MaintenanceRoot { ca: ca.clone() })?;
             let server_cert = match current {
-                Some(c) if c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca.crt_pem, sans.spec(), now) => c.server,
+                Some(c)
+                    if c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca.crt_pem, sans.spec(), now) =>
+                {
+                    c.server
+                }
                 _ => server(&CertificateAuthority::from_pem(&ca.crt_pem, &ca.key_pem)?, sans.spec(), now)?,
             };
             let next = renew_at(&server_cert.crt_pem);
             ctx.apply(
                 sec::NAMESPACE,
                 ApiCertificates::ID,
-                ApiCertificates { accepted_cas: Vec::new(), client: None, server: server_cert, skip_verifying_client_cert: true },
+                ApiCertificates {
+                    accepted_cas: Vec::new(),
+                    client: None,
+                    server: server_cert,
+                    skip_verifying_client_cert: true,
+                },
             )?;
             ctx.cleanup_outputs()?;
             if let Some(at) = next {
@@ -133,7 +148,8 @@ impl Controller for ApiCertController {
             .get::<MachineTypeSpec>(cfg::NAMESPACE, crate::resources::config::MachineType::ID)?
             .is_some_and(|t| t.spec().machine_type.is_control_plane());
         let ca_pem = root.issuing_ca.crt_pem.clone();
-        let current = current.filter(|c| !c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca_pem, &sans, now));
+        let current =
+            current.filter(|c| !c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca_pem, &sans, now));
 
         let certs = if control_plane {
             if root.issuing_ca.key_pem.is_empty() {

@@ -49,7 +49,11 @@ impl Controller for CertSansController {
                     dns.push(name.clone());
                 }
             }
-            ctx.apply(sec::NAMESPACE, CertSans::API_ID, CertSans { ips, dns_names: dns, fqdn: self.node.hostname.clone() })?;
+            ctx.apply(
+                sec::NAMESPACE,
+                CertSans::API_ID,
+                CertSans { ips, dns_names: dns, fqdn: self.node.hostname.clone() },
+            )?;
         } else {
             ctx.remove::<CertSans>(sec::NAMESPACE, CertSans::API_ID)?;
         }

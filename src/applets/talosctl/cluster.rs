@@ -1,50 +1,14 @@
-//! `talosctl`: the workstation CLI. Thin: flags here, work in the library.
+//! `talosctl cluster`: local clusters under QEMU.
 
-use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{CommandFactory, Parser, Subcommand};
-
-#[derive(Debug, Parser)]
-#[command(
-    name = "talosctl",
-    about = "A CLI for out-of-band management of talosbox (and Talos) nodes",
-    version = crate::version::VERSION,
-)]
-struct Cli {
-    /// Nodes to act on (the API routes to them through the endpoints).
-    #[arg(short = 'n', long = "nodes", global = true, value_delimiter = ',')]
-    nodes: Vec<String>,
-    /// Endpoints to connect to (apid addresses).
-    #[arg(short = 'e', long = "endpoints", global = true, value_delimiter = ',')]
-    endpoints: Vec<String>,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
+use clap::Subcommand;
 
 #[derive(Debug, Subcommand)]
-enum Command {
-    /// Print the client version (and, once the API exists, the nodes' versions).
-    Version {
-        /// Print only the client version.
-        #[arg(long)]
-        client: bool,
-        /// Print the short form.
-        #[arg(long)]
-        short: bool,
-    },
-    /// Create, destroy local clusters (QEMU, as an ordinary user).
-    Cluster {
-        #[command(subcommand)]
-        command: ClusterCommand,
-    },
-}
-
-#[derive(Debug, Subcommand)]
-enum ClusterCommand {
+pub enum ClusterCommand {
     /// Boot a local cluster under QEMU from the built artifacts.
     Create(Box<CreateArgs>),
     /// Show a local cluster's nodes: how to reach them, their serial logs, whether they run.
@@ -68,13 +32,13 @@ enum ClusterCommand {
         #[arg(long)]
         graceful: bool,
         /// How long --graceful waits for the nodes to power off (seconds, or with an s/m suffix).
-        #[arg(long, default_value = "60s", value_parser = parse_duration)]
+        #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
         graceful_timeout: Duration,
     },
 }
 
 #[derive(Debug, clap::Args)]
-struct CreateArgs {
+pub struct CreateArgs {
     /// The cluster's name (prefixes node names, names the state directory).
     #[arg(long, default_value = "talosbox")]
     name: String,
@@ -133,39 +97,18 @@ struct CreateArgs {
     #[arg(long)]
     wait: bool,
     /// How long --wait waits (seconds, or with an s/m suffix).
-    #[arg(long, default_value = "300s", value_parser = parse_duration)]
+    #[arg(long, default_value = "300s", value_parser = super::parse_duration)]
     wait_timeout: Duration,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let (num, mult) = match s.strip_suffix('m') {
-        Some(n) => (n, 60),
-        None => (s.strip_suffix('s').unwrap_or(s), 1),
-    };
-    num.parse::<u64>()
-        .map(|n| Duration::from_secs(n * mult))
-        .map_err(|_| format!("{s:?} is not a duration like 90s or 5m"))
-}
-
-pub fn main(args: Vec<OsString>) -> ExitCode {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
-    };
-    match cli.command {
-        None => {
-            let _ = Cli::command().print_help();
-            ExitCode::SUCCESS
-        }
-        Some(Command::Version { client, short }) => version(&cli.nodes, client, short),
-        Some(Command::Cluster { command: ClusterCommand::Create(args) }) => cluster_create(*args),
-        Some(Command::Cluster { command: ClusterCommand::Show { name, state } }) => cluster_show(name, state),
-        Some(Command::Cluster { command: ClusterCommand::Destroy { name, state, graceful, graceful_timeout } }) => {
-            cluster_destroy(name, state, graceful.then_some(graceful_timeout))
+impl ClusterCommand {
+    pub fn run(self) -> ExitCode {
+        match self {
+            ClusterCommand::Create(args) => cluster_create(*args),
+            ClusterCommand::Show { name, state } => cluster_show(name, state),
+            ClusterCommand::Destroy { name, state, graceful, graceful_timeout } => {
+                cluster_destroy(name, state, graceful.then_some(graceful_timeout))
+            }
         }
     }
 }
@@ -293,23 +236,4 @@ fn cluster_destroy(name: String, state: Option<PathBuf>, graceful: Option<Durati
             ExitCode::FAILURE
         }
     }
-}
-
-fn version(nodes: &[String], client_only: bool, short: bool) -> ExitCode {
-    if short {
-        println!("Client v{}", crate::version::VERSION);
-    } else {
-        println!("Client:");
-        println!("\tTag:         v{}", crate::version::VERSION);
-        println!("\tSHA:         {}", crate::version::GIT_COMMIT);
-        println!("\tOS/Arch:     {}/{}", std::env::consts::OS, std::env::consts::ARCH);
-    }
-    if client_only || nodes.is_empty() {
-        return ExitCode::SUCCESS;
-    }
-    eprintln!(
-        "talosctl version: querying nodes {} needs the machine API, which this build does not have yet",
-        nodes.join(",")
-    );
-    ExitCode::FAILURE
 }

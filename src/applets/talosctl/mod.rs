@@ -1,0 +1,173 @@
+//! `talosctl`: the workstation CLI, with Talos's command names, flags and output. Thin: flags
+//! and printing here, the work in the library (`client`, `config`, `pki`, `provision`).
+//!
+//! Errors are one line on stderr, prefixed with the node they came from; with several nodes
+//! the command goes on to the others and exits non-zero at the end.
+
+mod cluster;
+mod configcmd;
+mod generate;
+mod get;
+mod node;
+mod output;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::client::api::SessionOptions;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "talosctl",
+    about = "A CLI for out-of-band management of talosbox (and Talos) nodes",
+    version = crate::version::VERSION,
+)]
+struct Cli {
+    /// The talosconfig to use (default: $TALOSCONFIG, then ~/.talos/config).
+    #[arg(long, global = true)]
+    talosconfig: Option<PathBuf>,
+    /// The talosconfig context to use (default: its current context).
+    #[arg(long, global = true)]
+    context: Option<String>,
+    /// Nodes to act on (the API routes to them through the endpoints).
+    #[arg(short = 'n', long = "nodes", global = true, value_delimiter = ',')]
+    nodes: Vec<String>,
+    /// Endpoints to connect to (apid addresses).
+    #[arg(short = 'e', long = "endpoints", global = true, value_delimiter = ',')]
+    endpoints: Vec<String>,
+    /// Talk to a node in maintenance mode: no client certificate, server not verified.
+    #[arg(short = 'i', long, global = true)]
+    insecure: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+impl Cli {
+    fn session(&self) -> SessionOptions {
+        SessionOptions {
+            talosconfig: self.talosconfig.clone(),
+            context: self.context.clone(),
+            endpoints: self.endpoints.clone(),
+            nodes: self.nodes.clone(),
+            insecure: self.insecure,
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print the client's and the nodes' versions.
+    Version(node::VersionArgs),
+    /// Read resources (`get members`, `get machinestatus`, `get rd` for every type).
+    Get(get::GetArgs),
+    /// Apply a new configuration to a node.
+    #[command(name = "apply-config", alias = "apply")]
+    ApplyConfig(node::ApplyArgs),
+    /// Patch a node's machine configuration in place.
+    Patch(node::PatchArgs),
+    /// Read a service's logs.
+    Logs(node::LogsArgs),
+    /// Read the kernel log.
+    Dmesg(node::DmesgArgs),
+    /// Print a file's contents.
+    #[command(alias = "cat")]
+    Read(node::ReadArgs),
+    /// List a directory.
+    #[command(alias = "ls")]
+    List(node::ListArgs),
+    /// List processes.
+    #[command(alias = "ps")]
+    Processes(node::ProcessesArgs),
+    /// Show memory usage.
+    #[command(alias = "free")]
+    Memory(node::MemoryArgs),
+    /// List mounts.
+    #[command(alias = "df")]
+    Mounts,
+    /// List services, show one, or start, stop or restart it.
+    #[command(alias = "services")]
+    Service(node::ServiceArgs),
+    /// Reboot the nodes.
+    Reboot(node::RebootArgs),
+    /// Power the nodes off.
+    Shutdown(node::ShutdownArgs),
+    /// Reset the nodes (wipe their state) and reboot or power them off.
+    Reset(node::ResetArgs),
+    /// Stream the nodes' events.
+    Events(node::EventsArgs),
+    /// Check that the nodes answer, are running and their services are up.
+    Health(node::HealthArgs),
+    /// Manage the talosconfig (endpoints, nodes, contexts) and mint client configs.
+    Config {
+        #[command(subcommand)]
+        command: configcmd::ConfigCommand,
+    },
+    /// Generate secrets, machine configs and talosconfigs.
+    Gen {
+        #[command(subcommand)]
+        command: generate::GenCommand,
+    },
+    /// Create, destroy local clusters (QEMU, as an ordinary user).
+    Cluster {
+        #[command(subcommand)]
+        command: cluster::ClusterCommand,
+    },
+    /// Print a shell completion script.
+    Completion {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, mult) = match s.strip_suffix('m') {
+        Some(n) => (n, 60),
+        None => match s.strip_suffix('h') {
+            Some(n) => (n, 3600),
+            None => (s.strip_suffix('s').unwrap_or(s), 1),
+        },
+    };
+    num.parse::<u64>()
+        .map(|n| Duration::from_secs(n * mult))
+        .map_err(|_| format!("{s:?} is not a duration like 90s, 5m or 8760h"))
+}
+
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let mut cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let Some(command) = cli.command.take() else {
+        let _ = Cli::command().print_help();
+        return ExitCode::SUCCESS;
+    };
+    match command {
+        Command::Cluster { command } => command.run(),
+        Command::Gen { command } => command.run(),
+        Command::Config { command } => configcmd::run(&cli, command),
+        Command::Completion { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        command => node::run(&cli, command),
+    }
+}
+
+/// Runs `work` on a small runtime (one thread: talosctl waits on the network, nothing else).
+pub(crate) fn block_on<F: std::future::Future<Output = ExitCode>>(work: F) -> ExitCode {
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(work),
+        Err(e) => {
+            eprintln!("talosctl: starting the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
