@@ -66,6 +66,11 @@ pub async fn apply(api: &MachineApi, r: m::ApplyConfigurationRequest) -> Result<
     #[allow(deprecated)]
     let (mode, summary) = match requested {
         Mode::Reboot if maintenance => (Mode::NoReboot, "Applied configuration without a reboot"),
+        // As Talos's maintenance service: there is nothing to stage over or to fall back to.
+        Mode::Staged | Mode::Try if maintenance => {
+            let name = if requested == Mode::Staged { "staged" } else { "try" };
+            return Err(Status::unimplemented(format!("--mode='{name}' is not supported in maintenance mode")));
+        }
         Mode::Reboot => {
             return Err(Status::unimplemented(
                 "the REBOOT mode is not supported, please use AUTO or NO_REBOOT modes instead",

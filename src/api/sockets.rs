@@ -59,6 +59,32 @@ fn dirs_for(path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Checks that a service running as `uid` can reach `path`: every directory above it must be
+/// searchable by that uid (a state directory under a private 0700 parent is not), or the
+/// service would start and fail to connect with nothing said.
+fn reachable_by(path: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for dir in path.ancestors().skip(1) {
+        if dir.as_os_str().is_empty() {
+            continue;
+        }
+        let md = std::fs::metadata(dir)?;
+        let searchable = if md.uid() == uid { md.mode() & 0o100 != 0 } else { md.mode() & 0o001 != 0 };
+        if !searchable {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "uid {uid} cannot reach {}: {} is not searchable by it (mode {:o})",
+                    path.display(),
+                    dir.display(),
+                    md.mode() & 0o7777
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Binds all three sockets and serves them until `cancel`. Binding errors are returned before
 /// anything is served.
 pub async fn serve(
@@ -72,13 +98,18 @@ pub async fn serve(
     for p in [&paths.machine, &paths.apid_state, &paths.trustd_state] {
         dirs_for(p)?;
     }
+    for (p, uid) in [(&paths.machine, uids.apid), (&paths.apid_state, uids.apid), (&paths.trustd_state, uids.trustd)] {
+        if uid != uids.machined {
+            reachable_by(p, uid)?;
+        }
+    }
     let owner = |uid: u32| (uid != uids.machined).then_some(uid);
     let machine = bind(&paths.machine, owner(uids.apid))?;
     let apid_state = bind(&paths.apid_state, owner(uids.apid))?;
     let trustd_state = bind(&paths.trustd_state, owner(uids.trustd))?;
 
     let mode_node = node.clone();
-    let machine_guard = Guard { uids: vec![uids.apid, uids.machined], roles: Some(Arc::new(move || mode_node.mode())) };
+    let machine_guard = Guard { uids: vec![uids.apid], roles: Some(Arc::new(move || mode_node.mode())) };
     let api = MachineApi::new(node, state.clone());
     let machine_server = tonic::transport::Server::builder()
         .layer(GuardLayer(Arc::new(machine_guard)))
@@ -93,7 +124,7 @@ pub async fn serve(
         );
 
     let private = |listener, uid: u32, types: &'static [&'static str]| {
-        let guard = Guard { uids: vec![uid, uids.machined], roles: None };
+        let guard = Guard { uids: vec![uid], roles: None };
         tonic::transport::Server::builder()
             .layer(GuardLayer(Arc::new(guard)))
             .add_service(StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::Only(types))))

@@ -69,6 +69,8 @@ enum Command {
     ApplyConfig(node::ApplyArgs),
     /// Patch a node's machine configuration in place.
     Patch(node::PatchArgs),
+    /// Edit a node's machine configuration in $EDITOR and apply it.
+    Edit(node::EditArgs),
     /// Read a service's logs.
     Logs(node::LogsArgs),
     /// Read the kernel log.

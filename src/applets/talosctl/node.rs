@@ -58,6 +58,21 @@ pub struct PatchArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct EditArgs {
+    /// What to edit: `machineconfig` (or `mc`).
+    resource: String,
+    /// auto, no-reboot, reboot, staged or try.
+    #[arg(short = 'm', long, default_value = "auto")]
+    mode: String,
+    /// Show what would change, change nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// How long a `--mode try` configuration stays before it is rolled back.
+    #[arg(long, default_value = "1m", value_parser = super::parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct LogsArgs {
     /// The service (`machined`, `apid`, `trustd`, …).
     service: String,
@@ -178,6 +193,7 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         Command::Get(a) => super::get::run(cli, &a),
         Command::ApplyConfig(a) => apply_config(cli, &a),
         Command::Patch(a) => patch(cli, &a),
+        Command::Edit(a) => edit(cli, &a),
         Command::Logs(a) => streams(cli, "logs", Stream::Logs(a)),
         Command::Dmesg(a) => streams(cli, "dmesg", Stream::Dmesg(a)),
         Command::Read(a) => streams(cli, "read", Stream::Read(a)),
@@ -342,22 +358,98 @@ fn patch(cli: &Cli, a: &PatchArgs) -> ExitCode {
     per_node(cli, "patch", |session, target| {
         let patches = patches.clone();
         async move {
-            use crate::api::proto::cosi::resource as wire;
-            let request = wire::GetRequest {
-                namespace: "config".into(),
-                r#type: "MachineConfigs.config.talos.dev".into(),
-                id: "v1alpha1".into(),
-                options: None,
-            };
-            let current = session.state().get(session.request(&target, request)).await.map_err(st)?.into_inner();
-            let text = current.resource.and_then(|r| r.spec).map(|s| s.yaml_spec).unwrap_or_default();
-            if text.trim().is_empty() {
-                return Err("the node has no machine configuration to patch".into());
-            }
+            let text = machine_config(&session, &target).await?;
             let patched = super::generate::patched(&text, &patches, "the node's machine configuration")?;
             apply_text(&session, &target, patched, mode, dry_run, timeout).await
         }
     })
+}
+
+/// The node's configuration in force, as text.
+async fn machine_config(session: &Session, target: &Target) -> Result<String, String> {
+    use crate::api::proto::cosi::resource as wire;
+    let request = wire::GetRequest {
+        namespace: "config".into(),
+        r#type: "MachineConfigs.config.talos.dev".into(),
+        id: "v1alpha1".into(),
+        options: None,
+    };
+    let current = session.state().get(session.request(target, request)).await.map_err(st)?.into_inner();
+    let text = current.resource.and_then(|r| r.spec).map(|s| s.yaml_spec).unwrap_or_default();
+    if text.trim().is_empty() {
+        return Err("the node has no machine configuration".into());
+    }
+    Ok(text)
+}
+
+const EDIT_HEADER: &str = "# Edit the machine configuration below; lines starting with '#' at the top are dropped.\n\
+                           # Save and quit to apply it; quit without changes to leave it as it is.\n";
+
+/// Runs `$VISUAL`, `$EDITOR` or `vi` on `path`, as a shell would (the variable may hold flags).
+fn run_editor(path: &std::path::Path) -> Result<(), String> {
+    let editor = std::env::var("VISUAL")
+        .ok()
+        .filter(|e| !e.is_empty())
+        .or_else(|| std::env::var("EDITOR").ok().filter(|e| !e.is_empty()))
+        .unwrap_or_else(|| "vi".to_string());
+    let status = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("talosctl-edit")
+        .arg(path)
+        .status()
+        .map_err(|e| format!("running the editor {editor:?}: {e}"))?;
+    if !status.success() {
+        return Err(format!("the editor {editor:?} failed ({status}); nothing applied"));
+    }
+    Ok(())
+}
+
+fn edit(cli: &Cli, a: &EditArgs) -> ExitCode {
+    if !["machineconfig", "machineconfigs", "mc"].contains(&a.resource.to_lowercase().as_str()) {
+        eprintln!("talosctl edit: only machineconfig can be edited, not {:?}", a.resource);
+        return ExitCode::from(2);
+    }
+    let mode = match apply_mode(&a.mode) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("talosctl edit: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let (dry_run, timeout) = (a.dry_run, a.timeout);
+    per_node(cli, "edit", |session, target| async move {
+        let text = machine_config(&session, &target).await?;
+        let file = tempfile_in_tmp(&target.label(&session).replace(['.', ':', '/'], "-"))?;
+        super::generate::write_private(&file, &format!("{EDIT_HEADER}{text}"))?;
+        run_editor(&file)?;
+        let edited = std::fs::read_to_string(&file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+        let edited: String = {
+            let mut lines = edited.lines().peekable();
+            while lines.peek().is_some_and(|l| l.starts_with('#')) {
+                lines.next();
+            }
+            lines.map(|l| format!("{l}\n")).collect()
+        };
+        if edited.trim() == text.trim() {
+            let _ = std::fs::remove_file(&file);
+            println!("{}: apply was skipped: no changes detected", target.label(&session));
+            return Ok(());
+        }
+        match apply_text(&session, &target, edited, mode, dry_run, timeout).await {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&file);
+                Ok(())
+            }
+            Err(e) => Err(format!("{e} (your edit is kept in {})", file.display())),
+        }
+    })
+}
+
+/// A fresh file name under the temporary directory for one node's edit.
+fn tempfile_in_tmp(label: &str) -> Result<std::path::PathBuf, String> {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    Ok(std::env::temp_dir().join(format!("talosctl-edit-{label}-{}-{nanos}.yaml", std::process::id())))
 }
 
 enum Stream {
