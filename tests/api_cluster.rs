@@ -100,6 +100,16 @@ struct Ctl {
 }
 
 impl Ctl {
+    /// A fresh directory with talosctl linked into it.
+    fn in_scratch(name: &str) -> Ctl {
+        let dir = std::env::temp_dir().join(format!("talosbox-api-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let exe = dir.join("talosctl");
+        std::os::unix::fs::symlink(bin(), &exe).unwrap();
+        Ctl { dir, exe }
+    }
+
     fn run(&self, args: &[&str]) -> Output {
         self.run_with(args, &[])
     }
@@ -147,12 +157,8 @@ fn text(out: &Output) -> String {
 
 #[test]
 fn three_nodes_are_configured_and_driven_through_the_api() {
-    let dir = std::env::temp_dir().join(format!("talosbox-api-cluster-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("talosctl");
-    std::os::unix::fs::symlink(bin(), &exe).unwrap();
-    let ctl = Ctl { dir: dir.clone(), exe };
+    let ctl = Ctl::in_scratch("cluster");
+    let dir = ctl.dir.clone();
 
     // Secrets and configs, offline.
     ctl.ok(&["gen", "secrets", "-o", "secrets.yaml"]);
@@ -426,12 +432,8 @@ mod security {
 
     #[test]
     fn every_refusal_has_its_code() {
-        let dir = std::env::temp_dir().join(format!("talosbox-api-security-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("talosctl");
-        std::os::unix::fs::symlink(bin(), &exe).unwrap();
-        let ctl = Ctl { dir: dir.clone(), exe };
+        let ctl = Ctl::in_scratch("security");
+        let dir = ctl.dir.clone();
         ctl.ok(&["gen", "secrets", "-o", "secrets.yaml"]);
         ctl.ok(&["gen", "config", "sec", &format!("https://{CP}:6443"), "--with-secrets", "secrets.yaml"]);
         ctl.ok(&["config", "endpoint", CP]);

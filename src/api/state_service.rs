@@ -105,7 +105,7 @@ pub fn to_wire(r: &AnyResource) -> wire::Resource {
     }
 }
 
-fn label_query(q: &wire::LabelQuery) -> Result<LabelQuery, Status> {
+pub(crate) fn label_query(q: &wire::LabelQuery) -> Result<LabelQuery, Status> {
     use wire::label_term::Operation;
     let mut out = LabelQuery::all();
     for t in &q.terms {

@@ -20,14 +20,9 @@ pub struct VersionArgs {
     short: bool,
 }
 
-#[derive(Debug, clap::Args)]
-pub struct ApplyArgs {
-    /// The machine configuration file.
-    #[arg(short = 'f', long)]
-    file: std::path::PathBuf,
-    /// Patches applied to the file first: `@file.yaml` or inline YAML/JSON (repeatable).
-    #[arg(short = 'p', long)]
-    config_patch: Vec<String>,
+/// How an apply goes: shared by apply-config, patch and edit.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApplyFlags {
     /// auto, no-reboot, reboot, staged or try.
     #[arg(short = 'm', long, default_value = "auto")]
     mode: String,
@@ -37,6 +32,18 @@ pub struct ApplyArgs {
     /// How long a `--mode try` configuration stays before it is rolled back.
     #[arg(long, default_value = "1m", value_parser = super::parse_duration)]
     timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ApplyArgs {
+    /// The machine configuration file.
+    #[arg(short = 'f', long)]
+    file: std::path::PathBuf,
+    /// Patches applied to the file first: `@file.yaml` or inline YAML/JSON (repeatable).
+    #[arg(short = 'p', long)]
+    config_patch: Vec<String>,
+    #[command(flatten)]
+    apply: ApplyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -46,30 +53,16 @@ pub struct PatchArgs {
     /// The patch: `@file.yaml` or inline YAML/JSON (repeatable).
     #[arg(short = 'p', long = "patch", required = true)]
     patches: Vec<String>,
-    /// auto, no-reboot, reboot, staged or try.
-    #[arg(short = 'm', long, default_value = "auto")]
-    mode: String,
-    /// Show what would change, change nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// How long a `--mode try` configuration stays before it is rolled back.
-    #[arg(long, default_value = "1m", value_parser = super::parse_duration)]
-    timeout: Duration,
+    #[command(flatten)]
+    apply: ApplyFlags,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct EditArgs {
     /// What to edit: `machineconfig` (or `mc`).
     resource: String,
-    /// auto, no-reboot, reboot, staged or try.
-    #[arg(short = 'm', long, default_value = "auto")]
-    mode: String,
-    /// Show what would change, change nothing.
-    #[arg(long)]
-    dry_run: bool,
-    /// How long a `--mode try` configuration stays before it is rolled back.
-    #[arg(long, default_value = "1m", value_parser = super::parse_duration)]
-    timeout: Duration,
+    #[command(flatten)]
+    apply: ApplyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -322,7 +315,7 @@ async fn apply_text(
 
 fn apply_config(cli: &Cli, a: &ApplyArgs) -> ExitCode {
     let prepared = (|| {
-        let mode = apply_mode(&a.mode)?;
+        let mode = apply_mode(&a.apply.mode)?;
         let text = std::fs::read_to_string(&a.file).map_err(|e| format!("reading {}: {e}", a.file.display()))?;
         let text = super::generate::patched(&text, &a.config_patch, &a.file.display().to_string())?;
         Ok::<_, String>((mode, text))
@@ -334,7 +327,7 @@ fn apply_config(cli: &Cli, a: &ApplyArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (dry_run, timeout) = (a.dry_run, a.timeout);
+    let (dry_run, timeout) = (a.apply.dry_run, a.apply.timeout);
     per_node(cli, "apply-config", |session, target| {
         let text = text.clone();
         async move { apply_text(&session, &target, text, mode, dry_run, timeout).await }
@@ -346,7 +339,7 @@ fn patch(cli: &Cli, a: &PatchArgs) -> ExitCode {
         eprintln!("talosctl patch: only machineconfig can be patched, not {:?}", a.resource);
         return ExitCode::from(2);
     }
-    let mode = match apply_mode(&a.mode) {
+    let mode = match apply_mode(&a.apply.mode) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("talosctl patch: {e}");
@@ -354,7 +347,7 @@ fn patch(cli: &Cli, a: &PatchArgs) -> ExitCode {
         }
     };
     let patches = a.patches.clone();
-    let (dry_run, timeout) = (a.dry_run, a.timeout);
+    let (dry_run, timeout) = (a.apply.dry_run, a.apply.timeout);
     per_node(cli, "patch", |session, target| {
         let patches = patches.clone();
         async move {
@@ -410,14 +403,14 @@ fn edit(cli: &Cli, a: &EditArgs) -> ExitCode {
         eprintln!("talosctl edit: only machineconfig can be edited, not {:?}", a.resource);
         return ExitCode::from(2);
     }
-    let mode = match apply_mode(&a.mode) {
+    let mode = match apply_mode(&a.apply.mode) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("talosctl edit: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let (dry_run, timeout) = (a.dry_run, a.timeout);
+    let (dry_run, timeout) = (a.apply.dry_run, a.apply.timeout);
     per_node(cli, "edit", |session, target| async move {
         let text = machine_config(&session, &target).await?;
         let file = tempfile_in_tmp(&target.label(&session).replace(['.', ':', '/'], "-"))?;
