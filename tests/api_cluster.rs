@@ -253,6 +253,23 @@ fn three_nodes_are_configured_and_driven_through_the_api() {
     assert!(ctl.ok(&["get", "mc", "v1alpha1", "-o", "yaml"]).contains("hostname: cp-two"));
     let same = ctl.run_with(&["edit", "mc"], &[("EDITOR", "true")]);
     assert!(text(&same).contains("no changes detected"), "{}", text(&same));
+    // try: in force for its timeout, then the stored config is back by itself.
+    let trial = r#"{"machine": {"network": {"hostname": "cp-trial"}}}"#;
+    let tried = ctl.ok(&["patch", "mc", "-p", trial, "--mode", "try", "--timeout", "2s"]);
+    assert!(tried.contains("2s"), "the reply says when it falls back: {tried}");
+    assert!(ctl.ok(&["get", "mc", "v1alpha1", "-o", "yaml"]).contains("hostname: cp-trial"));
+    assert!(ctl.ok(&["get", "mc", "persistent", "-o", "yaml"]).contains("hostname: cp-two"), "a try is not stored");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ctl.ok(&["get", "mc", "v1alpha1", "-o", "yaml"]).contains("hostname: cp-two") {
+        assert!(Instant::now() < deadline, "the try did not fall back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // staged: stored for the next boot, the config in force unchanged.
+    let staged =
+        ctl.ok(&["patch", "mc", "-p", r#"{"machine": {"network": {"hostname": "cp-next"}}}"#, "--mode", "staged"]);
+    assert!(staged.contains("Staged configuration"), "{staged}");
+    assert!(ctl.ok(&["get", "mc", "persistent", "-o", "yaml"]).contains("hostname: cp-next"));
+    assert!(ctl.ok(&["get", "mc", "v1alpha1", "-o", "yaml"]).contains("hostname: cp-two"));
 
     // Workers: configured in maintenance, they fetch their API certificates from the control
     // plane's trustd with the cluster token.
@@ -312,6 +329,15 @@ fn three_nodes_are_configured_and_driven_through_the_api() {
     // Events carry the stage changes.
     let events = ctl.ok(&["events", "--tail", "50", "--duration", "2s"]);
     assert!(events.contains("machine.MachineStatusEvent"), "{events}");
+
+    // A reset forgets the configuration: the worker comes back in maintenance.
+    let mut w1 = w1;
+    let r = ctl.ok(&["-n", W1, "reset", "--reboot"]);
+    assert!(r.contains("reset requested"), "{r}");
+    assert!(w1.wait_exit().success(), "{}", w1.log());
+    let w1 = Node::start(&dir, "w1", W1);
+    w1.wait_line("stage: maintenance");
+    assert!(!w1.log().contains("stage: running"), "{}", w1.log());
 
     // A reboot through the API (container mode: machined goes down cleanly and exits).
     let r = ctl.ok(&["-n", W2, "reboot"]);
@@ -420,6 +446,33 @@ mod security {
         }
         let codec = tonic_prost::ProstCodec::<M, R>::default();
         grpc.unary(request, http::uri::PathAndQuery::from_static(path), codec).await.map(|r| r.into_inner())
+    }
+
+    /// machined's log lines from every node in `nodes`, as (hostname, bytes) per message.
+    async fn logs_from(endpoint: &str, ca_pem: &str, identity: &CertAndKey, nodes: &str) -> Vec<(String, Vec<u8>)> {
+        use talosbox::api::proto::common::Data;
+        use talosbox::api::proto::machine::LogsRequest;
+        let tls = pki::tls::client_config(&[ca_pem], Some(identity)).unwrap();
+        let channel = talosbox::client::conn::dial(endpoint, 50000, tls).await.unwrap();
+        let mut grpc = tonic::client::Grpc::new(channel);
+        grpc.ready().await.unwrap();
+        let mut request = tonic::Request::new(LogsRequest {
+            namespace: "system".into(),
+            id: "machined".into(),
+            driver: 0,
+            follow: false,
+            tail_lines: 3,
+        });
+        request.metadata_mut().insert("nodes", MetadataValue::try_from(nodes).unwrap());
+        let codec = tonic_prost::ProstCodec::<LogsRequest, Data>::default();
+        let path = http::uri::PathAndQuery::from_static("/machine.MachineService/Logs");
+        let mut stream = grpc.server_streaming(request, path, codec).await.unwrap().into_inner();
+        let mut out = Vec::new();
+        while let Some(d) = stream.message().await.unwrap() {
+            #[allow(deprecated)]
+            out.push((d.metadata.map(|m| m.hostname).unwrap_or_default(), d.bytes));
+        }
+        out
     }
 
     /// The code a refused call ended with.
@@ -536,6 +589,44 @@ mod security {
             assert_eq!(hostname(looped.unwrap()), direct, "proxyfrom: answered here, not forwarded again");
             let forwarded = call(CP, &ca_pem, &admin, path, (), &[("node", W1)]).await;
             assert_ne!(hostname(forwarded.unwrap()), direct, "node: answered by the worker");
+
+            // nodes (older talosctl's one-to-many form): one reply, each message tagged by node,
+            // an unreachable node a message of its own with the error.
+            let many = format!("{CP},{W1},127.0.5.9");
+            let reply: talosbox::api::proto::machine::VersionResponse =
+                call(CP, &ca_pem, &admin, "/machine.MachineService/Version", (), &[("nodes", many.as_str())])
+                    .await
+                    .unwrap();
+            #[allow(deprecated)]
+            let tagged: Vec<(String, bool, bool)> = reply
+                .messages
+                .iter()
+                .map(|m| {
+                    let md = m.metadata.clone().unwrap_or_default();
+                    (md.hostname, m.version.is_some(), !md.error.is_empty())
+                })
+                .collect();
+            assert_eq!(
+                tagged,
+                [(CP.to_string(), true, false), (W1.to_string(), true, false), ("127.0.5.9".to_string(), false, true)]
+            );
+            let streamed = logs_from(CP, &ca_pem, &admin, &format!("{CP},{W1}")).await;
+            for node in [CP, W1] {
+                assert!(
+                    streamed.iter().any(|(h, bytes)| h == node && !bytes.is_empty()),
+                    "no log lines tagged {node}: {streamed:?}"
+                );
+            }
+            let state = call::<_, ()>(
+                CP,
+                &ca_pem,
+                &admin,
+                "/cosi.resource.State/Get",
+                talosbox::api::proto::cosi::resource::GetRequest::default(),
+                &[("nodes", W1)],
+            )
+            .await;
+            assert_eq!(code(state), Code::InvalidArgument, "nodes is for MachineService only");
 
             // A request over the limit is refused, not buffered.
             let huge = talosbox::api::proto::machine::ApplyConfigurationRequest {

@@ -10,6 +10,7 @@ pub mod apply;
 pub mod authz;
 pub mod client_config;
 pub mod events;
+pub mod fanout;
 pub mod fuzz;
 pub mod grpc_body;
 pub mod machine_service;

@@ -160,45 +160,93 @@ impl Proxy {
         let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
         let exceeded = Arc::new(AtomicBool::new(false));
         let body = GuardedBody::new(body, self.limit, exceeded.clone()).boxed_unsync();
+        let call = Call { method: parts.method, headers: parts.headers, path, authority };
 
-        let (sender, uri, target) = match &route {
-            Route::Local => match self.local.sender().await {
-                Ok(s) => (s, format!("http://machined{path}"), "machined".to_string()),
-                Err(e) => return error_response(Code::Unavailable, &e.to_string()),
-            },
+        let targets = match route {
+            Route::Many(targets) => return self.fan_out(targets, call, body, &exceeded).await,
+            single => single,
+        };
+        match self.send(&targets, &call, body).await {
+            Ok(resp) => resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()),
+            Err(_) if exceeded.load(Ordering::SeqCst) => self.too_large(),
+            Err((code, message)) => error_response(code, &message),
+        }
+    }
+
+    fn too_large(&self) -> Response<ProxyBody> {
+        error_response(
+            Code::ResourceExhausted,
+            &format!("request message larger than the limit of {} bytes", self.limit),
+        )
+    }
+
+    /// Sends `call` with `body` to one target (`Local` or `Remote`).
+    async fn send(&self, route: &Route, call: &Call, body: ProxyBody) -> Result<Response<Incoming>, (Code, String)> {
+        let mut headers = call.headers.clone();
+        let (mut sender, uri, target) = match route {
             Route::Remote(node) => {
-                let value = authority.as_deref().unwrap_or("unknown");
+                let value = call.authority.as_deref().unwrap_or("unknown");
                 if let Ok(v) = HeaderValue::from_str(value) {
-                    parts.headers.insert(HeaderName::from_static(keys::PROXY_FROM), v);
+                    headers.insert(HeaderName::from_static(keys::PROXY_FROM), v);
                 }
                 match self.remote_sender(node).await {
-                    Ok(s) => (s, format!("https://{}{path}", with_port(node)), format!("node {node}")),
-                    Err(e) => return error_response(Code::Unavailable, &format!("node {node}: {e}")),
+                    Ok(s) => (s, format!("https://{}{}", with_port(node), call.path), format!("node {node}")),
+                    Err(e) => return Err((Code::Unavailable, format!("node {node}: {e}"))),
                 }
             }
+            _ => match self.local.sender().await {
+                Ok(s) => (s, format!("http://machined{}", call.path), "machined".to_string()),
+                Err(e) => return Err((Code::Unavailable, e.to_string())),
+            },
         };
-        parts.uri = match uri.parse::<Uri>() {
-            Ok(u) => u,
-            Err(e) => return error_response(Code::InvalidArgument, &format!("request path {path:?}: {e}")),
-        };
-        parts.version = http::Version::HTTP_2;
-        let mut sender = sender;
-        let sent = sender.send_request(Request::from_parts(parts, body)).await;
-        match sent {
-            Ok(resp) => resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync()),
-            Err(_) if exceeded.load(Ordering::SeqCst) => error_response(
-                Code::ResourceExhausted,
-                &format!("request message larger than the limit of {} bytes", self.limit),
-            ),
+        let uri =
+            uri.parse::<Uri>().map_err(|e| (Code::InvalidArgument, format!("request path {:?}: {e}", call.path)))?;
+        let mut request = Request::new(body);
+        *request.method_mut() = call.method.clone();
+        *request.uri_mut() = uri;
+        *request.headers_mut() = headers;
+        *request.version_mut() = http::Version::HTTP_2;
+        match sender.send_request(request).await {
+            Ok(resp) => Ok(resp),
             Err(e) => {
-                if let Route::Remote(node) = &route {
+                if let Route::Remote(node) = route {
                     self.remotes.lock().await.remove(node);
                 }
-                error_response(Code::Unavailable, &format!("{target}: {e}"))
+                Err((Code::Unavailable, format!("{target}: {e}")))
             }
         }
     }
 
+    /// `nodes`: the call to every target at once, the replies merged with their hostnames
+    /// (see `fanout`). Only `machine.MachineService` follows the reply convention this needs.
+    async fn fan_out(
+        &self,
+        targets: Vec<(String, Route)>,
+        call: Call,
+        body: ProxyBody,
+        exceeded: &AtomicBool,
+    ) -> Response<ProxyBody> {
+        let Some(streaming) = machine_service_streaming(&call.path) else {
+            return error_response(
+                Code::InvalidArgument,
+                &format!(
+                    "one-to-many proxying (nodes metadata) is for machine.MachineService only, not {}: use node",
+                    call.path
+                ),
+            );
+        };
+        let request = match body.collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(_) if exceeded.load(Ordering::SeqCst) => return self.too_large(),
+            Err(e) => return error_response(Code::InvalidArgument, &format!("reading the request: {e}")),
+        };
+        let full = |b: Bytes| http_body_util::Full::new(b).map_err(|never| match never {}).boxed_unsync();
+        let sent =
+            futures::future::join_all(targets.iter().map(|(_, route)| self.send(route, &call, full(request.clone()))))
+                .await;
+        let replies: Vec<NodeReply> = targets.into_iter().map(|(name, _)| name).zip(sent).collect();
+        if streaming { merged_stream(replies) } else { merged_unary(replies).await }
+    }
     /// The roles to assert downstream.
     fn roles(&self, headers: &http::HeaderMap, caller: &Caller) -> Vec<String> {
         match self.role_mode {
@@ -231,6 +279,176 @@ impl Proxy {
         remotes.insert(node.to_string(), sender.clone());
         Ok(sender)
     }
+}
+
+/// One target's reply in a fan-out: its name, and its response or why there is none.
+type NodeReply = (String, Result<Response<Incoming>, (Code, String)>);
+
+/// What is sent to each target: the call's method, path, headers (routing keys stripped, roles
+/// set) and the authority it came in on (for `proxyfrom`).
+struct Call {
+    method: http::Method,
+    headers: http::HeaderMap,
+    path: String,
+    authority: Option<String>,
+}
+
+/// Whether a `machine.MachineService` method streams its replies; `None` for other services
+/// and unknown methods.
+fn machine_service_streaming(path: &str) -> Option<bool> {
+    static METHODS: std::sync::OnceLock<HashMap<String, bool>> = std::sync::OnceLock::new();
+    let methods = METHODS.get_or_init(|| {
+        super::proto::rpc_methods()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.path.starts_with("/machine.MachineService/"))
+            .map(|m| (m.path, m.server_streaming))
+            .collect()
+    });
+    methods.get(path).copied()
+}
+
+/// The gRPC status a response ended with: from its trailers, or its headers (trailers-only).
+fn grpc_status(headers: &http::HeaderMap) -> Option<(i32, String)> {
+    let code = headers.get("grpc-status")?.to_str().ok()?.parse::<i32>().ok()?;
+    let message = headers.get("grpc-message").and_then(|m| m.to_str().ok()).map(percent_decode).unwrap_or_default();
+    Some((code, message))
+}
+
+/// gRPC's percent-encoding of `grpc-message`.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(v) = text.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(v);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn grpc_response(body: ProxyBody) -> Response<ProxyBody> {
+    let mut resp = Response::new(body);
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    resp
+}
+
+fn ok_trailers() -> http::HeaderMap {
+    let mut t = http::HeaderMap::new();
+    t.insert("grpc-status", HeaderValue::from_static("0"));
+    t
+}
+
+/// Unary replies, each tagged with its node (or standing for its failure), in one message.
+async fn merged_unary(replies: Vec<NodeReply>) -> Response<ProxyBody> {
+    use super::fanout::{frame, frames, tag_unary, unary_error};
+    let mut merged = Vec::new();
+    for (name, reply) in replies {
+        let part = match reply {
+            Err((code, message)) => unary_error(&name, code as i32, &message),
+            Ok(resp) => match grpc_status(resp.headers()) {
+                Some((code, message)) if code != 0 => unary_error(&name, code, &message),
+                _ => match resp.into_body().collect().await {
+                    Err(e) => unary_error(&name, Code::Unavailable as i32, &e.to_string()),
+                    Ok(collected) => {
+                        let status = collected.trailers().and_then(grpc_status);
+                        let data = collected.to_bytes();
+                        match status {
+                            Some((code, message)) if code != 0 => unary_error(&name, code, &message),
+                            _ => frames(&data)
+                                .and_then(|f| f.iter().map(|p| tag_unary(p, &name)).collect::<Option<Vec<_>>>())
+                                .map(|parts| parts.concat())
+                                .unwrap_or_else(|| unary_error(&name, Code::Internal as i32, "malformed reply")),
+                        }
+                    }
+                },
+            },
+        };
+        merged.extend_from_slice(&part);
+    }
+    let frames = futures::stream::iter([
+        Ok::<_, BoxError>(hyper::body::Frame::data(Bytes::from(frame(&merged)))),
+        Ok(hyper::body::Frame::trailers(ok_trailers())),
+    ]);
+    grpc_response(http_body_util::StreamBody::new(frames).boxed_unsync())
+}
+
+/// Streamed replies of every node interleaved as they come, each message tagged with its node;
+/// a node's failure is one message standing for it.
+fn merged_stream(replies: Vec<NodeReply>) -> Response<ProxyBody> {
+    use super::fanout::{frame, streamed_error, tag_streamed};
+    use futures::StreamExt;
+    type Item = Result<hyper::body::Frame<Bytes>, BoxError>;
+    let data = |payload: Vec<u8>| -> Item { Ok(hyper::body::Frame::data(Bytes::from(frame(&payload)))) };
+    let mut streams = Vec::new();
+    for (name, reply) in replies {
+        let stream: futures::stream::BoxStream<'static, Item> = match reply {
+            Err((code, message)) => {
+                futures::stream::once(async move { data(streamed_error(&name, code as i32, &message)) }).boxed()
+            }
+            Ok(resp) => match grpc_status(resp.headers()) {
+                Some((code, message)) if code != 0 => {
+                    futures::stream::once(async move { data(streamed_error(&name, code, &message)) }).boxed()
+                }
+                _ => {
+                    let state = (resp.into_body(), Vec::<u8>::new(), name, false);
+                    futures::stream::unfold(state, move |(mut body, mut buf, name, done)| async move {
+                        if done {
+                            return None;
+                        }
+                        loop {
+                            match body.frame().await {
+                                Some(Ok(f)) if f.is_data() => {
+                                    if let Ok(chunk) = f.into_data() {
+                                        buf.extend_from_slice(&chunk);
+                                    }
+                                    let mut out = Vec::new();
+                                    while buf.len() >= 5 {
+                                        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+                                        if buf.len() < 5 + len {
+                                            break;
+                                        }
+                                        let message: Vec<u8> = buf.drain(..5 + len).skip(5).collect();
+                                        out.push(data(tag_streamed(&message, &name)));
+                                    }
+                                    if !out.is_empty() {
+                                        return Some((futures::stream::iter(out), (body, buf, name, false)));
+                                    }
+                                }
+                                Some(Ok(f)) => {
+                                    let failed = f.trailers_ref().and_then(grpc_status).filter(|(code, _)| *code != 0);
+                                    let out = failed.map(|(code, message)| data(streamed_error(&name, code, &message)));
+                                    return Some((
+                                        futures::stream::iter(out.into_iter().collect::<Vec<_>>()),
+                                        (body, buf, name, true),
+                                    ));
+                                }
+                                Some(Err(e)) => {
+                                    let out =
+                                        vec![data(streamed_error(&name, Code::Unavailable as i32, &e.to_string()))];
+                                    return Some((futures::stream::iter(out), (body, buf, name, true)));
+                                }
+                                None => return None,
+                            }
+                        }
+                    })
+                    .flatten()
+                    .boxed()
+                }
+            },
+        };
+        streams.push(stream);
+    }
+    let merged = futures::stream::select_all(streams)
+        .chain(futures::stream::once(async { Ok(hyper::body::Frame::trailers(ok_trailers())) }));
+    grpc_response(http_body_util::StreamBody::new(merged).boxed_unsync())
 }
 
 /// Drops the routing keys and any role claim; the proxy sets its own.

@@ -5,7 +5,9 @@
 //! second hop. Any other `node` → a one-to-one proxy to that node's apid, if this apid may
 //! forward at all (control planes may; maintenance mode and workers, which hold no client
 //! certificate, may not). Two `node` values, or `node` and `nodes` together, are malformed.
-//! The deprecated one-to-many `nodes` form is refused with a pointer to client-side fan-out.
+//! `nodes` (the older one-to-many form) is the same call to every node listed, each answered
+//! locally or forwarded like a `node`, the replies merged (see `fanout`); with no forwarding only
+//! this node may be listed.
 
 use http::HeaderMap;
 
@@ -24,6 +26,8 @@ pub enum Route {
     Local,
     /// Another node's apid, at this address (a host or IP, optionally with a port).
     Remote(String),
+    /// Each of these targets (as named in `nodes`, and where it goes), replies merged.
+    Many(Vec<(String, Route)>),
 }
 
 /// A routing refusal: a gRPC code and a message for the caller.
@@ -61,10 +65,17 @@ pub fn route(headers: &HeaderMap, local: &dyn LocalTargets, forwarding: bool) ->
         if !nodes.is_empty() {
             return refuse(Code::InvalidArgument, "node and nodes metadata cannot be combined");
         }
-        return refuse(
-            Code::InvalidArgument,
-            "one-to-many proxying (nodes metadata) is not supported: send one call per node (talosctl -n a,b fans out itself)",
-        );
+        let mut targets = Vec::new();
+        for n in fanout {
+            match n {
+                Err(()) => return refuse(Code::InvalidArgument, "nodes metadata is not valid text"),
+                Ok("") => return refuse(Code::InvalidArgument, "nodes metadata holds an empty name"),
+                Ok(n) if local.is_local(n) => targets.push((n.to_string(), Route::Local)),
+                Ok(_) if !forwarding => return refuse(Code::PermissionDenied, "no request forwarding"),
+                Ok(n) => targets.push((n.to_string(), Route::Remote(n.to_string()))),
+            }
+        }
+        return Ok(Route::Many(targets));
     }
     let Some(node) = nodes.into_iter().next() else {
         return Ok(Route::Local);
@@ -120,7 +131,18 @@ mod tests {
             (&[("node", "a"), ("node", "b")], true, Err(Code::InvalidArgument)),
             (&[("node", "a,b")], true, Err(Code::InvalidArgument)),
             (&[("node", "")], true, Err(Code::InvalidArgument)),
-            (&[("nodes", "a")], true, Err(Code::InvalidArgument)),
+            (&[("nodes", "a")], true, Ok(Route::Many(vec![("a".into(), Route::Remote("a".into()))]))),
+            (
+                &[("nodes", "cp1,10.5.0.3")],
+                true,
+                Ok(Route::Many(vec![
+                    ("cp1".into(), Route::Local),
+                    ("10.5.0.3".into(), Route::Remote("10.5.0.3".into())),
+                ])),
+            ),
+            (&[("nodes", "cp1")], false, Ok(Route::Many(vec![("cp1".into(), Route::Local)]))),
+            (&[("nodes", "cp1,10.5.0.3")], false, Err(Code::PermissionDenied)),
+            (&[("nodes", "a,")], true, Err(Code::InvalidArgument)),
             (&[("nodes", "a"), ("node", "b")], true, Err(Code::InvalidArgument)),
         ];
         for (pairs, forwarding, want) in cases {
@@ -137,7 +159,7 @@ mod tests {
     fn refusals_say_why() {
         let r = route(&headers(&[("node", "10.9.9.9")]), &local, false).unwrap_err();
         assert_eq!(r.message, "no request forwarding");
-        let r = route(&headers(&[("nodes", "x")]), &local, true).unwrap_err();
-        assert!(r.message.contains("fans out"), "{}", r.message);
+        let r = route(&headers(&[("nodes", "x"), ("node", "y")]), &local, true).unwrap_err();
+        assert!(r.message.contains("cannot be combined"), "{}", r.message);
     }
 }
