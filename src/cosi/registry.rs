@@ -181,8 +181,13 @@ impl Registry {
         }
         let names = TypeNames::of(d)?;
         for other in self.types.values() {
+            // A declared alias may shadow another type's capital-letter abbreviation: lookup
+            // prefers it (Talos's `ns` is Namespaces, though NetworkStatuses abbreviates to it).
+            let taken = |names: &TypeNames, type_name: &str, alias: &str| {
+                names.tier(type_name, alias).is_some_and(|t| t != NameTier::Abbreviation)
+            };
             for alias in d.aliases {
-                if other.names.tier(other.type_name(), alias).is_some() {
+                if taken(&other.names, other.type_name(), alias) {
                     return Err(RegistryError::AliasTaken {
                         type_name: type_name.to_string(),
                         alias: alias.to_string(),
@@ -191,7 +196,7 @@ impl Registry {
                 }
             }
             for alias in other.definition().aliases {
-                if names.tier(type_name, alias).is_some() {
+                if taken(&names, type_name, alias) {
                     return Err(RegistryError::AliasTaken {
                         type_name: type_name.to_string(),
                         alias: alias.to_string(),
