@@ -32,6 +32,11 @@ pub trait Mergeable: ResourceSpec {
     fn layer(&self) -> Self::Layer;
     /// The id of the merged resource this candidate competes for.
     fn merge_id(&self) -> String;
+    /// The candidate as it takes part in the merge; a type drops here what a merged resource
+    /// must not carry (Talos drops kernel-managed address flags). The default keeps it whole.
+    fn admit(candidate: &Self) -> Self {
+        candidate.clone()
+    }
     /// Folds `candidate`, at the same or a higher layer, into the result so far. The default
     /// is "the higher layer replaces".
     fn merge_into(merged: &mut Self, candidate: &Self) {
@@ -47,10 +52,11 @@ pub fn merge<'a, T: Mergeable>(candidates: impl IntoIterator<Item = (&'a str, &'
     ordered.sort_by(|a, b| a.1.layer().cmp(&b.1.layer()).then_with(|| a.0.cmp(b.0)));
     let mut merged: BTreeMap<String, T> = BTreeMap::new();
     for (_, candidate) in ordered {
+        let candidate = T::admit(candidate);
         match merged.get_mut(&candidate.merge_id()) {
-            Some(current) => T::merge_into(current, candidate),
+            Some(current) => T::merge_into(current, &candidate),
             None => {
-                merged.insert(candidate.merge_id(), candidate.clone());
+                merged.insert(candidate.merge_id(), candidate);
             }
         }
     }
