@@ -2,6 +2,7 @@
 //! reads a file or talks to the kernel.
 
 pub mod config;
+pub mod network;
 mod pem;
 pub mod runtime;
 pub mod secrets;
@@ -14,5 +15,6 @@ pub fn registry() -> Result<Registry, RegistryError> {
     runtime::register(&mut registry)?;
     config::register(&mut registry)?;
     secrets::register(&mut registry)?;
+    network::register(&mut registry)?;
     Ok(registry)
 }
