@@ -11,6 +11,7 @@ pub mod hosttools;
 pub mod imager;
 pub mod kernel;
 pub mod machined;
+pub mod network;
 pub mod panic;
 pub mod pki;
 pub mod provision;
