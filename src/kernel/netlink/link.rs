@@ -328,10 +328,12 @@ mod tests {
 
     #[test]
     fn a_link_message_becomes_a_link() {
-        let mut header = LinkHeader::default();
-        header.index = 7;
-        header.flags = LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp | LinkFlags::Broadcast;
-        header.link_layer_type = LinkLayerType::Ether;
+        let header = LinkHeader {
+            index: 7,
+            flags: LinkFlags::Up | LinkFlags::Running | LinkFlags::LowerUp | LinkFlags::Broadcast,
+            link_layer_type: LinkLayerType::Ether,
+            ..LinkHeader::default()
+        };
         let mut msg = LinkMessage::default();
         msg.header = header;
         msg.attributes = vec![

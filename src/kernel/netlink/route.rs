@@ -181,12 +181,14 @@ fn match_message(route: &Route) -> RouteMessage {
         Family::Inet4 => AddressFamily::Inet,
         Family::Inet6 => AddressFamily::Inet6,
     };
-    let mut header = RouteHeader::default();
-    header.address_family = family;
-    header.destination_prefix_length = route.destination.len();
-    header.table = u8::try_from(route.table).unwrap_or(TABLE_COMPAT);
-    header.scope = RouteScope::from(u8::from(Scope::Nowhere));
-    header.kind = RouteType::from(0);
+    let mut header = RouteHeader {
+        address_family: family,
+        destination_prefix_length: route.destination.len(),
+        table: u8::try_from(route.table).unwrap_or(TABLE_COMPAT),
+        scope: RouteScope::from(u8::from(Scope::Nowhere)),
+        kind: RouteType::from(0),
+        ..RouteHeader::default()
+    };
     if route.onlink {
         header.flags |= RouteFlags::Onlink;
     }
