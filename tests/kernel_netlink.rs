@@ -19,14 +19,19 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A fresh network namespace and a routing socket inside it.
 fn fresh() -> (NetNs, Netlink) {
+    let ns = fresh_ns();
+    let nl = Netlink::connect_in(&ns).expect("connecting rtnetlink in the namespace");
+    (ns, nl)
+}
+
+fn fresh_ns() -> NetNs {
     assert!(
         rustix::process::geteuid().is_root(),
         "kernel_netlink tests need root (network namespaces, rtnetlink); run them as root as CI does"
     );
     let ns = NetNs::new().expect("creating a network namespace");
     assert!(!ns.same_as(&NetNs::current().unwrap()).unwrap(), "the fresh namespace is the host's");
-    let nl = Netlink::connect_in(&ns).expect("connecting rtnetlink in the namespace");
-    (ns, nl)
+    ns
 }
 
 /// Runs `ip ARGS` inside `ns` and returns its stdout; fails the test if it fails.
@@ -345,4 +350,24 @@ async fn the_event_source_wakes_its_controller() {
     ip(&ns, &["addr", "del", "10.80.0.1/24", "dev", "a"]);
     tokio::time::timeout(WAIT, rx.recv()).await.expect("deleting an address woke nothing").unwrap();
     harness.stop().await;
+}
+
+#[test]
+fn work_on_a_namespace_thread_sees_only_that_namespace() {
+    let ns = fresh_ns();
+    let names = ns
+        .block_on(|| async {
+            // Netlink::connect binds to the calling thread's namespace: here, the fresh one.
+            let nl = Netlink::connect().unwrap();
+            nl.create_link("inside", &LinkKind::Bridge).await.unwrap();
+            nl.links().await.unwrap().into_iter().map(|l| l.name).collect::<Vec<_>>()
+        })
+        .unwrap();
+    assert_eq!(names, ["lo", "inside"]);
+    assert!(ns.run(|| NetNs::current().unwrap().same_as(&ns).unwrap()).unwrap());
+    let host = Command::new("ip").args(["link", "show", "inside"]).output().unwrap();
+    assert!(!host.status.success(), "the bridge showed up in the host's namespace");
+    // Outside a tokio runtime connecting is an error, never a panic.
+    assert!(matches!(Netlink::connect_in(&ns), Err(NetlinkError::Connect { .. })));
+    assert!(matches!(Netlink::connect(), Err(NetlinkError::Connect { .. })));
 }
