@@ -1,9 +1,10 @@
 //! Kernel adapters: thin, typed wrappers over the syscalls and kernel files the node needs
-//! (mounts, loop devices, module loading, the kernel command line).
+//! (mounts, loop devices, module loading, the kernel command line, rtnetlink, network
+//! namespaces).
 //!
 //! This is the only place in the crate allowed to hold `unsafe`, each block with a `// SAFETY:`
 //! line. Parsing and decisions stay pure and table-tested here; the code that touches the kernel
-//! stays thin. Nothing here shells out to `mount`, `losetup` or `modprobe`, and nothing here may
+//! stays thin. Nothing here shells out to `mount`, `losetup`, `modprobe` or `ip`, and nothing here may
 //! panic on a runtime path: PID 1 calls into it.
 
 pub mod cmdline;
@@ -13,6 +14,8 @@ pub mod kmsg;
 pub mod loopdev;
 pub mod modules;
 pub mod mount;
+pub mod netlink;
+pub mod netns;
 pub mod power;
 pub mod procfs;
 
