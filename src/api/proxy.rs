@@ -252,14 +252,7 @@ impl Proxy {
         match self.role_mode {
             RoleMode::ReadOnly => vec![READER.to_string()],
             RoleMode::Certificate if caller.is_impersonator() => {
-                let claimed: Vec<String> = headers
-                    .get_all(keys::ROLE)
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .flat_map(|v| v.split(','))
-                    .map(|r| r.trim().to_string())
-                    .filter(|r| !r.is_empty())
-                    .collect();
+                let claimed = router::claimed_roles(headers);
                 // An impersonator that claims nothing acts as itself (it may call nothing).
                 if claimed.is_empty() { caller.roles.clone() } else { claimed }
             }

@@ -89,6 +89,18 @@ pub fn route(headers: &HeaderMap, local: &dyn LocalTargets, forwarding: bool) ->
     }
 }
 
+/// The roles claimed in `talos-role`, from every value, comma-joined or not.
+pub fn claimed_roles(headers: &HeaderMap) -> Vec<String> {
+    headers
+        .get_all(keys::ROLE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .collect()
+}
+
 /// Every value of `key`, splitting comma-joined values as gRPC metadata allows.
 fn values<'a>(headers: &'a HeaderMap, key: &str) -> Vec<Result<&'a str, ()>> {
     let mut out = Vec::new();

@@ -38,15 +38,7 @@ impl Guard {
             None => return Err(Status::permission_denied("the caller's credentials are unknown")),
         }
         if let Some(mode) = &self.roles {
-            let roles: Vec<String> = req
-                .headers()
-                .get_all(super::router::keys::ROLE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .flat_map(|v| v.split(','))
-                .map(|r| r.trim().to_string())
-                .filter(|r| !r.is_empty())
-                .collect();
+            let roles = super::router::claimed_roles(req.headers());
             authz::authorize(req.uri().path(), &roles, mode())?;
         }
         Ok(())
