@@ -9,6 +9,7 @@
 pub mod config;
 pub mod generic_merge;
 pub mod generic_transform;
+pub mod network;
 pub mod runtime;
 pub mod secrets;
 
@@ -55,7 +56,7 @@ pub struct Environment {
 /// Every controller, with where it may run.
 pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     use runtime::*;
-    vec![
+    let mut all: Vec<(Scope, Box<dyn Controller>)> = vec![
         (Scope::Anywhere, Box::new(KernelCmdlineController::new(env.cmdline.clone())) as Box<dyn Controller>),
         (Scope::Anywhere, Box::new(VersionController)),
         (
@@ -69,7 +70,14 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
         (Scope::Anywhere, Box::new(secrets::CertSansController::new(env.node.clone()))),
         (Scope::Anywhere, Box::new(secrets::ApiCertController::new())),
         (Scope::Anywhere, Box::new(secrets::TrustdCertController)),
-    ]
+    ];
+    // Networking: the node's own links, addresses and routes, so never in container mode.
+    // The config and merge controllers are pure, but their specs exist only to be applied
+    // to the node's kernel.
+    use network::*;
+    all.push((Scope::NodeOnly, Box::new(CmdlineConfigController::new())));
+    all.extend(merge_controllers().into_iter().map(|c| (Scope::NodeOnly, c)));
+    all
 }
 
 /// The controllers of `env.set`.
