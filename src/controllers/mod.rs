@@ -77,6 +77,9 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     use network::*;
     all.push((Scope::NodeOnly, Box::new(CmdlineConfigController::new())));
     all.extend(merge_controllers().into_iter().map(|c| (Scope::NodeOnly, c)));
+    all.push((Scope::NodeOnly, Box::new(AddressSpecController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(LinkStatusController::new(NetworkTarget::Node))));
     all
 }
 

@@ -2,14 +2,82 @@
 //! `network-config`, the merge into `network`, the Spec controllers that push the merged
 //! specs to the kernel and the Status controllers that mirror the kernel back.
 //!
-//! Only the Spec and Status controllers reach the kernel. None of these controllers may run
-//! in `--mode container`, where the namespace is the host's.
+//! Only the Spec and Status controllers reach the kernel, and only through rtnetlink in the
+//! network namespace their [`NetworkTarget`] names: the node's own on a node, a fresh one in
+//! a test. None of them may run in `--mode container`, where the namespace is the host's.
 
+mod address_spec;
+mod address_status;
 mod cmdline_config;
+mod link_status;
 mod merge;
 
+pub use address_spec::AddressSpecController;
+pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+
+use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
+use crate::kernel::netns::NetNs;
+
+/// The network namespace a kernel-facing controller works in.
+#[derive(Debug, Clone)]
+pub enum NetworkTarget {
+    /// The calling thread's namespace: the node's own, for machined as PID 1.
+    Node,
+    /// A namespace handed in (tests, a namespace of its own).
+    Namespace(NetNs),
+}
+
+impl NetworkTarget {
+    /// A routing socket in the namespace. Needs a tokio runtime, so controllers call it from
+    /// their reconcile, never from their constructor.
+    pub fn connect(&self) -> Result<Netlink, NetlinkError> {
+        match self {
+            NetworkTarget::Node => Netlink::connect(),
+            NetworkTarget::Namespace(ns) => Netlink::connect_in(ns),
+        }
+    }
+
+    /// The multicast events of `groups` in the namespace.
+    pub fn events(&self, groups: Groups) -> NetlinkEvents {
+        match self {
+            NetworkTarget::Node => NetlinkEvents::new(groups),
+            NetworkTarget::Namespace(ns) => NetlinkEvents::in_namespace(ns, groups),
+        }
+    }
+}
+
+/// A lazily opened routing socket: opened on first use, dropped after a failure so the next
+/// reconcile opens a fresh one.
+pub(crate) struct Connection {
+    target: NetworkTarget,
+    netlink: Option<Netlink>,
+}
+
+impl Connection {
+    pub(crate) fn new(target: NetworkTarget) -> Self {
+        Connection { target, netlink: None }
+    }
+
+    pub(crate) fn get(&mut self) -> Result<&Netlink, NetlinkError> {
+        let netlink = match self.netlink.take() {
+            Some(netlink) => netlink,
+            None => self.target.connect()?,
+        };
+        Ok(self.netlink.insert(netlink))
+    }
+
+    /// Forgets the socket after an error that may have come from it.
+    pub(crate) fn reset(&mut self) {
+        self.netlink = None;
+    }
+
+    pub(crate) fn target(&self) -> &NetworkTarget {
+        &self.target
+    }
+}

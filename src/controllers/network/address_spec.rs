@@ -1,0 +1,208 @@
+//! `AddressSpecController`: puts the merged `AddressSpec`s of `network` on the kernel's links,
+//! and takes them off again when a spec goes away.
+//!
+//! Idempotent, as Talos's: an address already there with the wanted scope, managed flags
+//! and priority is left alone; one that drifted is deleted and added again; an address whose
+//! link does not exist yet waits, and is applied when the link appears. Woken by the link
+//! and address multicast groups, so an address deleted behind its back is added again. It
+//! holds each spec with a finalizer until the address is off the kernel. Nothing else: which
+//! addresses are wanted is decided upstream.
+
+use std::collections::HashMap;
+
+use crate::cosi::{Context, Controller, EventSource, Input, Output, Phase, Pointer, ReconcileError, Resource};
+use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
+use crate::resources::network::{AddressFlags, AddressSpec, NAMESPACE};
+
+use super::{Connection, NetworkTarget};
+
+pub struct AddressSpecController {
+    connection: Connection,
+}
+
+impl AddressSpecController {
+    /// Applies addresses in the namespace `target` names.
+    pub fn new(target: NetworkTarget) -> Self {
+        AddressSpecController { connection: Connection::new(target) }
+    }
+}
+
+/// The kernel's form of a spec's address.
+pub(crate) fn kernel_prefix(prefix: &crate::resources::network::IpPrefix) -> netlink::IpPrefix {
+    netlink::IpPrefix::new(prefix.addr(), prefix.bits()).expect("a valid prefix stays valid")
+}
+
+/// What the kernel must hold for `spec` on link `link_index`.
+fn wanted(spec: &AddressSpec, link_index: u32) -> netlink::Address {
+    netlink::Address {
+        link_index,
+        prefix: kernel_prefix(&spec.address),
+        scope: spec.scope.0.into(),
+        flags: spec.flags.managed().0,
+        priority: spec.priority,
+        label: String::new(),
+    }
+}
+
+/// Whether the kernel's `existing` address is what `want` asks for, counting only the flags
+/// machined manages: the kernel sets and clears the others itself (secondary, tentative …),
+/// and enforcing them would delete and add the address in a loop.
+fn matches(existing: &netlink::Address, want: &netlink::Address) -> bool {
+    existing.scope == want.scope
+        && AddressFlags(existing.flags).managed() == AddressFlags(want.flags).managed()
+        && existing.priority == want.priority
+}
+
+/// What to do about one spec, given the kernel's state: a pure decision.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Nothing: in place, or its link is not there (yet).
+    Nothing,
+    Add(netlink::Address),
+    /// Drifted: delete the kernel's, add the wanted.
+    Replace {
+        existing: netlink::Address,
+        want: netlink::Address,
+    },
+    Delete(netlink::Address),
+}
+
+pub(crate) fn step(
+    spec: &AddressSpec,
+    tearing_down: bool,
+    links: &HashMap<String, u32>,
+    kernel: &[netlink::Address],
+) -> Step {
+    let Some(&index) = links.get(&spec.link_name) else { return Step::Nothing };
+    let want = wanted(spec, index);
+    let existing = kernel.iter().find(|a| a.link_index == index && a.prefix == want.prefix);
+    match (tearing_down, existing) {
+        (true, Some(existing)) => Step::Delete(existing.clone()),
+        (true, None) => Step::Nothing,
+        (false, Some(existing)) if matches(existing, &want) => Step::Nothing,
+        (false, Some(existing)) => Step::Replace { existing: existing.clone(), want },
+        (false, None) => Step::Add(want),
+    }
+}
+
+async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
+    match step {
+        Step::Nothing => Ok(()),
+        Step::Add(want) => netlink.add_address(&want).await,
+        Step::Replace { existing, want } => {
+            netlink.delete_address(&existing).await?;
+            netlink.add_address(&want).await
+        }
+        Step::Delete(existing) => netlink.delete_address(&existing).await,
+    }
+}
+
+impl AddressSpecController {
+    async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<AddressSpec>]) -> Result<(), NetlinkError> {
+        let netlink = self.connection.get()?;
+        let links: HashMap<String, u32> = netlink.links().await?.into_iter().map(|l| (l.name, l.index)).collect();
+        let kernel = netlink.addresses(None).await?;
+        for spec in specs {
+            let tearing_down = spec.metadata().phase == Phase::TearingDown;
+            let key = Pointer::of::<AddressSpec>(NAMESPACE, spec.id());
+            match run_step(netlink, step(spec.spec(), tearing_down, &links, &kernel)).await {
+                Ok(()) if tearing_down => {
+                    if let Err(e) = ctx.release(spec) {
+                        ctx.fail_key(key, e);
+                    }
+                }
+                Ok(()) => {}
+                Err(e) => ctx.fail_key(key, e),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Controller for AddressSpecController {
+    fn name(&self) -> String {
+        "AddressSpecController".to_string()
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        vec![Input::strong::<AddressSpec>(NAMESPACE)]
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        Vec::new()
+    }
+
+    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
+        vec![Box::new(self.connection.target().events(Groups::LINKS | Groups::ADDRESSES))]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
+        let specs = ctx.list::<AddressSpec>(NAMESPACE)?;
+        for spec in specs.iter().filter(|s| s.is_running()) {
+            ctx.hold(spec)?;
+        }
+        if let Err(e) = self.sync(ctx, &specs).await {
+            self.connection.reset();
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::network::{ConfigLayer, Scope};
+
+    fn spec(link: &str, prefix: &str) -> AddressSpec {
+        AddressSpec::static_address(link, prefix.parse().unwrap(), ConfigLayer::Cmdline)
+    }
+
+    fn kernel(index: u32, prefix: &str, flags: u32) -> netlink::Address {
+        netlink::Address { flags, ..netlink::Address::new(index, prefix.parse().unwrap()) }
+    }
+
+    #[test]
+    fn steps_table() {
+        let links: HashMap<String, u32> = [("eth0".to_string(), 2)].into();
+        let permanent = AddressFlags::PERMANENT.0;
+        let tentative = 0x40;
+        let eth0 = spec("eth0", "10.0.0.2/24");
+        let want = wanted(&eth0, 2);
+        assert_eq!(step(&eth0, false, &links, &[]), Step::Add(want.clone()), "missing: added");
+        assert_eq!(step(&spec("eth9", "10.0.0.2/24"), false, &links, &[]), Step::Nothing, "no link yet: waits");
+        let there = kernel(2, "10.0.0.2/24", permanent | tentative);
+        assert_eq!(
+            step(&eth0, false, &links, std::slice::from_ref(&there)),
+            Step::Nothing,
+            "kernel-managed flags do not count"
+        );
+        let elsewhere = kernel(3, "10.0.0.2/24", permanent);
+        assert_eq!(step(&eth0, false, &links, &[elsewhere]), Step::Add(want.clone()), "on another link: added");
+        let other_len = kernel(2, "10.0.0.2/16", permanent);
+        assert_eq!(
+            step(&eth0, false, &links, &[other_len]),
+            Step::Add(want.clone()),
+            "another length is another address"
+        );
+        let drifted = netlink::Address { scope: Scope::LINK.0.into(), ..there.clone() };
+        assert_eq!(
+            step(&eth0, false, &links, std::slice::from_ref(&drifted)),
+            Step::Replace { existing: drifted, want: want.clone() },
+            "scope drift: replaced"
+        );
+        let metric = AddressSpec { priority: 50, ..eth0.clone() };
+        assert!(
+            matches!(step(&metric, false, &links, std::slice::from_ref(&there)), Step::Replace { .. }),
+            "priority drift"
+        );
+        assert_eq!(
+            step(&eth0, true, &links, std::slice::from_ref(&there)),
+            Step::Delete(there),
+            "tearing down: deleted"
+        );
+        assert_eq!(step(&eth0, true, &links, &[]), Step::Nothing, "tearing down and gone: nothing");
+        assert_eq!(step(&spec("eth9", "10.0.0.2/24"), true, &links, &[]), Step::Nothing, "link gone: nothing");
+    }
+}
