@@ -370,11 +370,19 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         });
     }
 
-    // The idle memory of machined and its services, once, on the console.
+    // The idle memory of machined and its services on the console, once in maintenance and once
+    // running (configured, with apid and, on a control plane, trustd up).
     let mut settled = stage_rx.clone();
     let watched = supervisor.clone();
     tokio::spawn(async move {
-        if settled.wait_for(|s| matches!(s, MachineStage::Maintenance | MachineStage::Running)).await.is_ok() {
+        for wanted in [MachineStage::Maintenance, MachineStage::Running] {
+            let Ok(stage) = settled.wait_for(|s| *s == wanted || *s == MachineStage::Running).await.map(|s| *s) else {
+                return;
+            };
+            // A node configured at boot goes straight to running: no maintenance line.
+            if stage != wanted {
+                continue;
+            }
             tokio::time::sleep(IDLE_MEMORY_AFTER).await;
             console::line(&memory_line(&watched));
         }

@@ -94,6 +94,21 @@ pub fn mac(cluster: &str, nic: Nic, index: usize) -> Mac {
     Mac([0x52, 0x54, h[0], h[1], nic as u8, idx])
 }
 
+/// The node-to-node LAN's subnet, as Talos's QEMU clusters number it: node `index` (0-based)
+/// is `10.5.0.(2 + index)/24`.
+pub const LAN_PREFIX_LEN: u8 = 24;
+
+/// The LAN address of node `index` (0-based). Node counts are capped at [`MAX_NODES`], so the
+/// address stays inside the /24.
+pub fn lan_address(index: usize) -> Ipv4Addr {
+    let host = u8::try_from(index + 2).unwrap_or(u8::MAX - 1);
+    Ipv4Addr::new(10, 5, 0, host)
+}
+
+/// QEMU user networking's fixed plan: the guest's address, the host as seen from the guest.
+pub const USER_NET_GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+pub const USER_NET_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+
 /// The multicast group and UDP port a cluster's LAN uses (QEMU `-netdev socket,mcast=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mcast {

@@ -170,12 +170,23 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
                 state_dir: d,
             }
         });
+        // A directly booted node is addressed on the command line; a UKI or disk boot has its
+        // command line built in and must get its addresses by DHCP.
+        let lan_address = matches!(media, Media::Direct { .. }).then(|| alloc::lan_address(i));
+        let node_media = match (&media, lan_address) {
+            (Media::Direct { kernel, initrd, cmdline }, Some(lan)) => Media::Direct {
+                kernel: kernel.clone(),
+                initrd: initrd.clone(),
+                cmdline: format!("{cmdline} {}", argv::node_ip_args(name, lan)),
+            },
+            (other, _) => other.clone(),
+        };
         let launch = NodeLaunch {
             name: name.clone(),
             accel: opts.accel.clone(),
             memory_mib: opts.memory_mib,
             cpus: opts.cpus,
-            media: media.clone(),
+            media: node_media,
             ovmf: plan.uefi().then(|| (opts.ovmf.code.clone(), dir.join(format!("{name}.vars.fd")))),
             api_port: *port,
             api_mac: alloc::mac(&opts.name, Nic::Api, i),
@@ -195,6 +206,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             name: name.clone(),
             role: *role,
             api_port: *port,
+            lan_address,
             api_mac: launch.api_mac.to_string(),
             lan_mac: launch.lan_mac.to_string(),
             serial_log: launch.serial_log.clone(),
@@ -658,6 +670,7 @@ mod tests {
                 name: node.into(),
                 role: alloc::Role::Controlplane,
                 api_port: 10000,
+                lan_address: None,
                 api_mac: alloc::mac("stuck", Nic::Api, 0).to_string(),
                 lan_mac: alloc::mac("stuck", Nic::Lan, 0).to_string(),
                 serial_log: dir.join(format!("{node}.log")),

@@ -14,6 +14,7 @@ pub mod alloc;
 pub mod argv;
 pub mod boot;
 pub mod cluster;
+pub mod configure;
 pub mod host;
 pub mod state;
 
@@ -62,6 +63,8 @@ pub enum ProvisionError {
     SwtpmStart { node: String, detail: String },
     #[error("{0}")]
     NotReady(String),
+    #[error("{0}")]
+    Configure(String),
     #[error("cluster {name:?}: {survivors} would not stop; kept {} so its record of them is not lost (stop them, then destroy again)", dir.display())]
     StillRunning { name: String, dir: PathBuf, survivors: String },
 }

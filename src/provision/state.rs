@@ -27,6 +27,10 @@ pub struct NodeRecord {
     pub role: Role,
     /// 127.0.0.1:<api_port> reaches the node's port 50000.
     pub api_port: u16,
+    /// The node's address on the cluster LAN, when the launcher gave it one (`ip=` on a direct
+    /// boot); `None` when the node must get it by DHCP.
+    #[serde(default)]
+    pub lan_address: Option<std::net::Ipv4Addr>,
     pub api_mac: String,
     pub lan_mac: String,
     pub serial_log: PathBuf,
@@ -117,6 +121,7 @@ mod tests {
                 name: "c1-controlplane-1".into(),
                 role: Role::Controlplane,
                 api_port: 40000,
+                lan_address: Some("10.5.0.2".parse().unwrap()),
                 api_mac: "52:54:00:00:00:01".into(),
                 lan_mac: "52:54:00:00:01:01".into(),
                 serial_log: "/x/c1-controlplane-1.log".into(),

@@ -99,12 +99,27 @@ pub struct CreateArgs {
     /// How long --wait waits (seconds, or with an s/m suffix).
     #[arg(long, default_value = "300s", value_parser = super::parse_duration)]
     wait_timeout: Duration,
+    /// Leave the nodes in maintenance: generate no configuration and apply none.
+    #[arg(long)]
+    skip_config: bool,
+    /// A patch for every node's generated config: `@file.yaml` or inline YAML/JSON (repeatable).
+    #[arg(long)]
+    config_patch: Vec<String>,
+    /// A patch for the control planes' config only.
+    #[arg(long)]
+    config_patch_control_plane: Vec<String>,
+    /// A patch for the workers' config only.
+    #[arg(long)]
+    config_patch_worker: Vec<String>,
+    /// The Kubernetes version written into the (inert) cluster section.
+    #[arg(long, default_value = super::generate::DEFAULT_KUBERNETES_VERSION)]
+    kubernetes_version: String,
 }
 
 impl ClusterCommand {
-    pub fn run(self) -> ExitCode {
+    pub fn run(self, cli: &super::Cli) -> ExitCode {
         match self {
-            ClusterCommand::Create(args) => cluster_create(*args),
+            ClusterCommand::Create(args) => cluster_create(cli, *args),
             ClusterCommand::Show { name, state } => cluster_show(name, state),
             ClusterCommand::Destroy { name, state, graceful, graceful_timeout } => {
                 cluster_destroy(name, state, graceful.then_some(graceful_timeout))
@@ -113,29 +128,29 @@ impl ClusterCommand {
     }
 }
 
-fn cluster_create(a: CreateArgs) -> ExitCode {
+fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
     use crate::provision::{CreateOptions, WaitOptions};
     let state = a.state.clone();
     let opts = CreateOptions {
         name: a.name.clone(),
-        state_root: a.state,
+        state_root: a.state.clone(),
         boot: crate::provision::boot::BootRequest {
-            artifacts: a.artifacts,
-            kernel: a.kernel,
-            initrd: a.initrd,
-            uki: a.uki,
-            disk_image: a.disk_image,
+            artifacts: a.artifacts.clone(),
+            kernel: a.kernel.clone(),
+            initrd: a.initrd.clone(),
+            uki: a.uki.clone(),
+            disk_image: a.disk_image.clone(),
             with_uefi: a.with_uefi,
-            extra_kernel_args: a.extra_kernel_args,
+            extra_kernel_args: a.extra_kernel_args.clone(),
         },
         controlplanes: a.controlplanes,
         workers: a.workers,
         memory_mib: a.memory,
         cpus: a.cpus,
         with_tpm: a.with_tpm,
-        accel: a.accel,
+        accel: a.accel.clone(),
         disk_mib: a.disk_size,
-        ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code, vars: a.ovmf_vars },
+        ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code.clone(), vars: a.ovmf_vars.clone() },
     };
     let created = match crate::provision::create(&opts, &mut |line| println!("  {line}")) {
         Ok(c) => c,
@@ -146,7 +161,8 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
     };
     let r = &created.record;
     print!("{}", r.summary(state.as_deref()));
-    if !a.wait {
+    // Applying a configuration needs the nodes up, so it implies waiting.
+    if !a.wait && a.skip_config {
         return ExitCode::SUCCESS;
     }
     let tty = std::io::stderr().is_terminal();
@@ -197,7 +213,21 @@ fn cluster_create(a: CreateArgs) -> ExitCode {
         Ok(ready) => {
             let slowest = ready.iter().map(|(_, d)| *d).max().unwrap_or_default();
             println!("all {} node(s) reached maintenance in {:.1} s", ready.len(), slowest.as_secs_f64());
-            ExitCode::SUCCESS
+            if a.skip_config {
+                return ExitCode::SUCCESS;
+            }
+            match apply_generated(cli, &a, &created) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("talosctl cluster create: {e}");
+                    let state = state.map(|s| format!(" --state {}", s.display())).unwrap_or_default();
+                    eprintln!(
+                        "the cluster is still running; destroy with: talosctl cluster destroy --name {}{state}",
+                        r.name
+                    );
+                    ExitCode::FAILURE
+                }
+            }
         }
         Err(e) => {
             eprintln!("talosctl cluster create: {e}");
@@ -236,4 +266,35 @@ fn cluster_destroy(name: String, state: Option<PathBuf>, graceful: Option<Durati
             ExitCode::FAILURE
         }
     }
+}
+
+/// Generates the cluster's configuration, applies it to every node, and merges the cluster's
+/// talosconfig into the user's (`--talosconfig`, else `$TALOSCONFIG`, else `~/.talos/config`),
+/// its context current, so `talosctl version` works next.
+fn apply_generated(cli: &super::Cli, a: &CreateArgs, created: &crate::provision::Created) -> Result<(), String> {
+    use crate::provision::configure::{ConfigureOptions, configure};
+    let read = |patches: &[String]| -> Result<Vec<_>, String> {
+        patches.iter().map(|p| super::generate::read_patch(p)).collect()
+    };
+    let opts = ConfigureOptions {
+        timeout: a.wait_timeout,
+        kubernetes_version: a.kubernetes_version.clone(),
+        patches: read(&a.config_patch)?,
+        controlplane_patches: read(&a.config_patch_control_plane)?,
+        worker_patches: read(&a.config_patch_worker)?,
+    };
+    let configured =
+        configure(&created.record, &created.dir, &opts, &mut |line| println!("  {line}")).map_err(|e| e.to_string())?;
+    let (mut config, target) = super::configcmd::open(cli)?;
+    for rename in config.merge(configured.talosconfig) {
+        eprintln!("renamed talosconfig context {:?} -> {:?}", rename.from, rename.to);
+    }
+    config.save_to(&target).map_err(|e| e.to_string())?;
+    println!(
+        "merged the cluster's talosconfig into {} (context {:?}); it is also at {}",
+        target.path.display(),
+        config.context,
+        configured.talosconfig_path.display()
+    );
+    Ok(())
 }

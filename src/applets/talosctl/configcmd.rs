@@ -82,7 +82,9 @@ pub fn run(cli: &Cli, command: ConfigCommand) -> ExitCode {
     }
 }
 
-fn open(cli: &Cli) -> Result<(Config, ConfigPath), String> {
+/// The talosconfig `--talosconfig` or the lookup names, empty when it does not exist yet, with
+/// where it is saved.
+pub(crate) fn open(cli: &Cli) -> Result<(Config, ConfigPath), String> {
     match &cli.talosconfig {
         Some(path) => {
             let config = if path.exists() { Config::load(path).map_err(|e| e.to_string())? } else { Config::default() };

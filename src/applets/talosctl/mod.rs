@@ -152,7 +152,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         return ExitCode::SUCCESS;
     };
     match command {
-        Command::Cluster { command } => command.run(),
+        Command::Cluster { command } => command.run(&cli),
         Command::Gen { command } => command.run(),
         Command::Config { command } => configcmd::run(&cli, command),
         Command::Completion { shell } => {

@@ -1,0 +1,286 @@
+//! The last step of `cluster create`: a generated configuration applied to every node over its
+//! forwarded API port, so the cluster answers `talosctl` right away. A secrets bundle, the
+//! control plane and worker configs and a talosconfig are written into the cluster's state
+//! directory (readable by their owner only: they hold keys); each node gets its config through
+//! the maintenance API (`apply-config --insecure`), then must answer Version over mutual TLS.
+//!
+//! It only talks to the nodes through 127.0.0.1 and the forwards the launcher set up; it never
+//! changes a node that already has a configuration (a node out of maintenance refuses an insecure
+//! apply, and that is reported, not retried around).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use super::alloc::Role;
+use super::state::{ClusterRecord, NodeRecord};
+use super::{ProvisionError, io_err};
+use crate::api::proto::machine::{ApplyConfigurationRequest, apply_configuration_request::Mode};
+use crate::client::api::{Session, SessionOptions, Target, status_line};
+use crate::client::config::Config as Talosconfig;
+use crate::config::generate::{GenerateOptions, generate};
+use crate::config::patch::{self, Patch};
+use crate::pki::SecretsBundle;
+
+/// How the configuration step runs.
+#[derive(Debug, Clone)]
+pub struct ConfigureOptions {
+    /// How long each node may take to accept its config and then to answer over mTLS.
+    pub timeout: Duration,
+    /// Written into the (inert) cluster section.
+    pub kubernetes_version: String,
+    /// `--config-patch`: for every node's config.
+    pub patches: Vec<Patch>,
+    /// `--config-patch-control-plane` and `--config-patch-worker`.
+    pub controlplane_patches: Vec<Patch>,
+    pub worker_patches: Vec<Patch>,
+}
+
+/// What the step left behind.
+#[derive(Debug, Clone)]
+pub struct Configured {
+    /// The cluster's own talosconfig in the state directory.
+    pub talosconfig_path: PathBuf,
+    pub talosconfig: Talosconfig,
+}
+
+/// The files written into the state directory.
+pub const SECRETS_FILE: &str = "secrets.yaml";
+pub const CONTROLPLANE_FILE: &str = "controlplane.yaml";
+pub const WORKER_FILE: &str = "worker.yaml";
+pub const TALOSCONFIG_FILE: &str = "talosconfig";
+
+/// The endpoint Kubernetes would use, named in the generated configs (inert here): the first
+/// control plane's LAN address, as Talos's QEMU clusters have it.
+pub fn cluster_endpoint(record: &ClusterRecord) -> String {
+    let first_cp = record.nodes.iter().find(|n| n.role == Role::Controlplane).and_then(|n| n.lan_address);
+    let host = first_cp.map_or_else(|| super::alloc::lan_address(0).to_string(), |a| a.to_string());
+    format!("https://{host}:6443")
+}
+
+/// A node's own patch: the names its API certificate must carry besides its own addresses —
+/// 127.0.0.1, through which the forward reaches it, and its LAN address, through which its peers'
+/// apid proxies to it.
+pub fn node_patch(node: &NodeRecord) -> String {
+    let mut sans = vec!["127.0.0.1".to_string()];
+    if let Some(lan) = node.lan_address {
+        sans.push(lan.to_string());
+    }
+    format!("machine:\n  certSANs: [{}]\n", sans.join(", "))
+}
+
+/// The config a node gets: the generated one for its role, the user's patches, its own patch.
+fn node_config(base: &str, patches: &[Patch], node: &NodeRecord) -> Result<String, String> {
+    let loaded = crate::config::load(base).map_err(|e| e.to_string())?.config;
+    let own = Patch::parse(&node_patch(node)).map_err(|e| e.to_string())?;
+    let all: Vec<Patch> = patches.iter().cloned().chain([own]).collect();
+    let patched = patch::apply(&loaded, &all).map_err(|e| e.to_string())?;
+    crate::config::validate(&patched).map_err(|e| e.to_string())?;
+    Ok(patched.to_yaml())
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), ProvisionError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err("writing", path))?;
+    file.write_all(text.as_bytes()).map_err(io_err("writing", path))
+}
+
+fn forward(node: &NodeRecord) -> String {
+    format!("127.0.0.1:{}", node.api_port)
+}
+
+/// Generates, writes and applies the cluster's configuration, then waits until every node
+/// answers over mutual TLS. `step` hears each stage.
+pub fn configure(
+    record: &ClusterRecord,
+    dir: &Path,
+    opts: &ConfigureOptions,
+    step: &mut dyn FnMut(String),
+) -> Result<Configured, ProvisionError> {
+    let failed = |what: &str, e: String| ProvisionError::Configure(format!("cluster {:?}: {what}: {e}", record.name));
+    let now = SystemTime::now();
+    let bundle = SecretsBundle::generate(now).map_err(|e| failed("generating secrets", e.to_string()))?;
+    let options = GenerateOptions::new(&opts.kubernetes_version);
+    let generated = generate(&bundle, &record.name, &cluster_endpoint(record), &options, now)
+        .map_err(|e| failed("generating the machine configs", e.to_string()))?;
+
+    let mut talosconfig = generated.talosconfig.clone();
+    let cp = record
+        .nodes
+        .iter()
+        .find(|n| n.role == Role::Controlplane)
+        .ok_or_else(|| failed("generating the talosconfig", "the cluster has no control plane".into()))?;
+    talosconfig.set_endpoints(vec![forward(cp)]).map_err(|e| failed("generating the talosconfig", e.to_string()))?;
+
+    let secrets_text = bundle.to_yaml();
+    let talosconfig_path = dir.join(TALOSCONFIG_FILE);
+    for (name, text) in [
+        (SECRETS_FILE, &secrets_text),
+        (CONTROLPLANE_FILE, &generated.controlplane),
+        (WORKER_FILE, &generated.worker),
+        (TALOSCONFIG_FILE, &talosconfig.to_yaml()),
+    ] {
+        write_private(&dir.join(name), text)?;
+    }
+    step(format!("generated secrets, machine configs and a talosconfig in {}", dir.display()));
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| failed("starting the client runtime", e.to_string()))?;
+    for node in &record.nodes {
+        let (base, own) = if node.role == Role::Controlplane {
+            (&generated.controlplane, &opts.controlplane_patches)
+        } else {
+            (&generated.worker, &opts.worker_patches)
+        };
+        let patches: Vec<Patch> = opts.patches.iter().chain(own).cloned().collect();
+        let text = node_config(base, &patches, node).map_err(|e| failed(&format!("the config of {}", node.name), e))?;
+        runtime.block_on(apply_insecure(node, text, opts.timeout)).map_err(ProvisionError::Configure)?;
+        step(format!("{}: configuration applied (maintenance API on {})", node.name, forward(node)));
+    }
+    for node in &record.nodes {
+        let started = Instant::now();
+        runtime.block_on(await_mtls(node, &talosconfig_path, opts.timeout)).map_err(ProvisionError::Configure)?;
+        step(format!("{}: answers over mutual TLS ({:.1} s)", node.name, started.elapsed().as_secs_f64()));
+    }
+    Ok(Configured { talosconfig_path, talosconfig })
+}
+
+/// Retries until `deadline`, keeping the last error for the message.
+async fn retry<T, F, Fut>(what: String, timeout: Duration, mut attempt: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Retry>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match tokio::time::timeout(Duration::from_secs(10), attempt()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(Retry::Fatal(e))) => return Err(format!("{what}: {e}")),
+            Ok(Err(Retry::Again(e))) => e,
+            Err(_) => "no answer within 10 s".to_string(),
+        };
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: gave up after {} s: {last}", timeout.as_secs()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+enum Retry {
+    /// The node is not there yet (not listening, not up): try again.
+    Again(String),
+    /// The node answered and refused: stop.
+    Fatal(String),
+}
+
+fn classify(status: &tonic::Status) -> Retry {
+    use tonic::Code;
+    match status.code() {
+        Code::Unavailable | Code::Unknown | Code::DeadlineExceeded => Retry::Again(status_line(status)),
+        _ => Retry::Fatal(status_line(status)),
+    }
+}
+
+async fn apply_insecure(node: &NodeRecord, text: String, timeout: Duration) -> Result<(), String> {
+    let options = SessionOptions { endpoints: vec![forward(node)], insecure: true, ..SessionOptions::default() };
+    retry(format!("applying the configuration to {} at {}", node.name, forward(node)), timeout, || {
+        let (options, text) = (options.clone(), text.clone());
+        async move {
+            let session = Session::open(&options).await.map_err(|e| Retry::Again(e.to_string()))?;
+            let request = ApplyConfigurationRequest {
+                data: text.into_bytes(),
+                mode: Mode::Auto as i32,
+                dry_run: false,
+                try_mode_timeout: None,
+            };
+            session
+                .machine()
+                .apply_configuration(session.request(&Target(None), request))
+                .await
+                .map_err(|s| classify(&s))?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+async fn await_mtls(node: &NodeRecord, talosconfig: &Path, timeout: Duration) -> Result<(), String> {
+    let options = SessionOptions {
+        talosconfig: Some(talosconfig.to_path_buf()),
+        endpoints: vec![forward(node)],
+        ..SessionOptions::default()
+    };
+    retry(format!("reaching {} over mutual TLS at {}", node.name, forward(node)), timeout, || {
+        let options = options.clone();
+        async move {
+            let session = Session::open(&options).await.map_err(|e| Retry::Again(e.to_string()))?;
+            session.machine().version(session.request(&Target(None), ())).await.map_err(|s| classify(&s))?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(role: Role, lan: Option<&str>) -> NodeRecord {
+        NodeRecord {
+            name: "c-controlplane-1".into(),
+            role,
+            api_port: 40000,
+            lan_address: lan.map(|a| a.parse().unwrap()),
+            api_mac: "52:54:00:00:00:01".into(),
+            lan_mac: "52:54:00:00:01:01".into(),
+            serial_log: "/x/log".into(),
+            pid_file: "/x/pid".into(),
+            qmp_socket: "/x/qmp".into(),
+            swtpm_pid_file: None,
+            data_disk: None,
+        }
+    }
+
+    #[test]
+    fn each_node_config_names_its_forward_and_lan_address() {
+        let bundle = SecretsBundle::generate(SystemTime::now()).unwrap();
+        let generated =
+            generate(&bundle, "c", "https://10.5.0.2:6443", &GenerateOptions::new("1.34.1"), SystemTime::now())
+                .unwrap();
+        let text = node_config(&generated.worker, &[], &node(Role::Worker, Some("10.5.0.3"))).unwrap();
+        let loaded = crate::config::load(&text).unwrap().config;
+        let sans: Vec<String> = loaded
+            .machine()
+            .unwrap()
+            .cert_sans
+            .iter()
+            .map(|s| match s {
+                crate::config::CertSan::Ip(ip) => ip.to_string(),
+                crate::config::CertSan::Dns(name) => name.clone(),
+            })
+            .collect();
+        assert!(sans.contains(&"127.0.0.1".to_string()) && sans.contains(&"10.5.0.3".to_string()), "{sans:?}");
+        // Without a LAN address (a UKI or disk boot) only the forward's.
+        assert_eq!(node_patch(&node(Role::Controlplane, None)), "machine:\n  certSANs: [127.0.0.1]\n");
+    }
+
+    #[test]
+    fn the_endpoint_is_the_first_control_plane_on_the_lan() {
+        let record = ClusterRecord {
+            name: "c".into(),
+            created: 0,
+            boot: "direct".into(),
+            lan: "230.1.2.3:20001".parse().unwrap(),
+            nodes: vec![node(Role::Worker, Some("10.5.0.9")), node(Role::Controlplane, Some("10.5.0.2"))],
+        };
+        assert_eq!(cluster_endpoint(&record), "https://10.5.0.2:6443");
+    }
+}
