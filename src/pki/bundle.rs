@@ -210,18 +210,25 @@ impl SecretsBundle {
         )
     }
 
-    /// A client certificate for `roles` from the OS CA, valid from `now` for `ttl` (what
+    /// A client certificate for `roles` from the OS CA, valid for `ttl` from `now` (what
     /// `talosctl gen config` puts in the admin talosconfig, and `config new --roles` asks a
-    /// node for).
+    /// node for). It is minted on a workstation for nodes whose clocks it does not know — a
+    /// node that has not synced its clock yet runs behind — so its validity starts
+    /// [`OFFLINE_CLOCK_SKEW`] early; a node would refuse it as not valid yet otherwise.
     pub fn client_certificate(
         &self,
         roles: &RoleSet,
         ttl: std::time::Duration,
         now: SystemTime,
     ) -> Result<CertAndKey, PkiError> {
-        issue_client(&self.os_ca()?, None, roles, Validity::starting(now, ttl))
+        let validity = Validity::starting(now, ttl);
+        let validity = Validity { not_before: now.checked_sub(OFFLINE_CLOCK_SKEW).unwrap_or(now), ..validity };
+        issue_client(&self.os_ca()?, None, roles, validity)
     }
 }
+
+/// How far before its minting an offline client certificate is valid from.
+pub const OFFLINE_CLOCK_SKEW: std::time::Duration = std::time::Duration::from_secs(5 * 60);
 
 /// A token in the bootstrap-token format Talos uses for trustd and Kubernetes:
 /// `[a-z0-9]{6}.[a-z0-9]{16}`.
@@ -432,6 +439,8 @@ mod tests {
         let info = inspect_pem(&crt.crt_pem).unwrap();
         assert_eq!(info.organizations, ["os:reader"]);
         assert_eq!(info.extended_key_usages, BTreeSet::from([ExtKeyUsage::ClientAuth]));
+        // Valid from a little before its minting (a node's clock may run behind), for its ttl.
+        assert_eq!((info.not_before, info.not_after), (now() - OFFLINE_CLOCK_SKEW, now() + Duration::from_secs(3600)));
         assert!(info.is_signed_by(&inspect_pem(TALOS_OS_CRT).unwrap()));
     }
 
