@@ -125,6 +125,7 @@ mod tests {
             master: None,
             parent,
             operstate: OperState::Up,
+            data: netlink::LinkData::None,
         }
     }
 

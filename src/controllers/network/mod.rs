@@ -9,12 +9,14 @@
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod link_spec;
 mod link_status;
 mod merge;
 
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use link_spec::{LinkSpecController, LinkSpecError};
 pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
