@@ -81,6 +81,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(LinkStatusController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(LinkSpecController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(RouteSpecController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(RouteStatusController::new(NetworkTarget::Node))));
     all
 }
 

@@ -12,6 +12,8 @@ mod cmdline_config;
 mod link_spec;
 mod link_status;
 mod merge;
+mod route_spec;
+mod route_status;
 
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
@@ -22,6 +24,8 @@ pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use route_spec::{RTNH_F_ONLINK, RouteSpecController, RouteSpecError};
+pub use route_status::RouteStatusController;
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;
