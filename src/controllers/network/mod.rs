@@ -9,6 +9,8 @@
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod hostname_spec;
+mod hostname_status;
 mod link_spec;
 mod link_status;
 mod merge;
@@ -18,6 +20,8 @@ mod route_status;
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use hostname_spec::{HostnameSpecController, HostnameSpecError};
+pub use hostname_status::HostnameStatusController;
 pub use link_spec::{LinkSpecController, LinkSpecError};
 pub use link_status::LinkStatusController;
 pub use merge::{
