@@ -9,13 +9,13 @@
 use std::process::Command;
 use std::time::Duration;
 
-use talosbox::controllers::network::{LinkMergeController, LinkSpecController, NetworkTarget};
+use talosbox::controllers::network::{LinkMergeController, LinkSpecController, LinkStatusController, NetworkTarget};
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::netlink::{self, BridgeSettings, Groups, LinkData, LinkKind, Netlink, NetlinkEvents};
 use talosbox::kernel::netns::NetNs;
 use talosbox::resources::network::{
-    BridgeMasterSpec, BridgeSlave, CONFIG_NAMESPACE, ConfigLayer, LINK_KIND_BRIDGE, LINK_KIND_VETH, LinkSpec, LinkType,
-    NAMESPACE, StpSpec, VethSpec, layered_id,
+    BridgeMasterSpec, BridgeSlave, CONFIG_NAMESPACE, ConfigLayer, LINK_KIND_BRIDGE, LINK_KIND_VETH, LinkSpec,
+    LinkStatus, LinkType, NAMESPACE, StpSpec, VethSpec, layered_id,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -41,6 +41,7 @@ fn start(ns: &NetNs) -> Harness {
     let controllers: Vec<Box<dyn Controller>> = vec![
         Box::new(LinkMergeController::new(CONFIG_NAMESPACE, NAMESPACE)),
         Box::new(LinkSpecController::new(NetworkTarget::Namespace(ns.clone()))),
+        Box::new(LinkStatusController::new(NetworkTarget::Namespace(ns.clone()))),
     ];
     Harness::start(controllers).unwrap()
 }
@@ -162,7 +163,16 @@ async fn a_bridge_is_made_and_a_veth_becomes_its_port() {
             && matches!(br.data, LinkData::Bridge(BridgeSettings { stp: true, .. }))
             && named(l, "a").is_some_and(|a| a.master == Some(br.index) && a.up)
     };
-    links_eventually(&ns, &nl, "br0 with STP, a its port", enslaved).await;
+    let links = links_eventually(&ns, &nl, "br0 with STP, a its port", enslaved).await;
+    let br0 = named(&links, "br0").unwrap().index;
+    h.assert_eventually::<LinkStatus, _>(NAMESPACE, "br0", "br0's status with STP", |r| {
+        r.is_some_and(|r| r.spec().bridge_master.stp.enabled && r.spec().kind == "bridge")
+    })
+    .await;
+    h.assert_eventually::<LinkStatus, _>(NAMESPACE, "a", "a's status, a port of br0", |r| {
+        r.is_some_and(|r| r.spec().master_index == br0)
+    })
+    .await;
 
     ip(&ns, &["link", "set", "dev", "a", "nomaster"]);
     links_eventually(&ns, &nl, "a enslaved again", enslaved).await;
