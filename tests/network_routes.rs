@@ -17,8 +17,8 @@ use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::netlink::{self, Groups, LinkKind, Netlink, NetlinkEvents};
 use talosbox::kernel::netns::NetNs;
 use talosbox::resources::network::{
-    AddressFlags, AddressSpec, CONFIG_NAMESPACE, ConfigLayer, Family, LinkSpec, NAMESPACE, RouteFlags, RouteProtocol,
-    RouteSpec, RouteStatus, RouteType, RoutingTable, layered_id,
+    AddressFlags, AddressSpec, CONFIG_NAMESPACE, ConfigLayer, Family, LinkSpec, NAMESPACE, RouteFlags, RouteNextHop,
+    RouteProtocol, RouteSpec, RouteStatus, RouteType, RoutingTable, layered_id,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -269,5 +269,49 @@ async fn a_route_waits_for_its_link_made_by_a_link_spec() {
     // A flap with the LinkSpecController there: it brings the link back up itself.
     ip(&ns, &["link", "set", "dev", "a", "down"]);
     kernel_eventually(&ns, &nl, "back after the flap", |r, _| default_via(r, "10.5.0.1", 254).is_some()).await;
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn a_multipath_route_with_weights() {
+    let ns = fresh_ns();
+    let nl = Netlink::connect_in(&ns).unwrap();
+    veth(&nl).await;
+    nl.create_link("c", &LinkKind::Veth { peer: "d".into() }).await.unwrap();
+    nl.set_link_up("c", true).await.unwrap();
+    nl.set_link_up("d", true).await.unwrap();
+    let (a, c) = (nl.link("a").await.unwrap().unwrap().index, nl.link("c").await.unwrap().unwrap().index);
+    let h = start(&ns, false);
+    want_address(&h, AddressSpec::static_address("a", "10.5.0.2/24".parse().unwrap(), LAYER));
+    want_address(&h, AddressSpec::static_address("c", "10.6.0.2/24".parse().unwrap(), LAYER));
+    let hop = |gw: &str, link: &str, weight: u32| RouteNextHop {
+        gateway: Some(gw.parse().unwrap()),
+        out_link_name: link.into(),
+        weight,
+    };
+    let mut multipath = RouteSpec {
+        next_hops: vec![hop("10.5.0.1", "a", 1), hop("10.6.0.1", "c", 2)],
+        ..route(Some("10.9.0.0/16"), None, "", 100)
+    };
+    multipath.normalize();
+    want_route(&h, &multipath);
+
+    let hops = |r: &[netlink::Route]| {
+        r.iter().find(|r| r.destination.to_string() == "10.9.0.0/16").map(|r| r.next_hops.clone()).unwrap_or_default()
+    };
+    let routes = kernel_eventually(&ns, &nl, "the multipath route", |r, _| hops(r).len() == 2).await;
+    let got = hops(&routes);
+    assert_eq!((got[0].out_link, got[0].weight, got[1].out_link, got[1].weight), (a, 1, c, 2));
+    assert_eq!(got[1].gateway, Some("10.6.0.1".parse().unwrap()));
+    let status = h
+        .assert_eventually::<RouteStatus, _>(NAMESPACE, "inet4//10.9.0.0/16/100", "multipath status", |r| {
+            r.is_some_and(|r| r.spec().next_hops.len() == 2)
+        })
+        .await
+        .unwrap();
+    assert_eq!(status.spec().next_hops[1], hop("10.6.0.1", "c", 2));
+
+    unwant_route(&h, &multipath);
+    kernel_eventually(&ns, &nl, "removed with its spec", |r, _| hops(r).is_empty()).await;
     h.stop().await;
 }

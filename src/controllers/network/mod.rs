@@ -28,7 +28,7 @@ pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
-pub use route_spec::{RTNH_F_ONLINK, RouteSpecController, RouteSpecError};
+pub use route_spec::{RTNH_F_ONLINK, RouteSpecController};
 pub use route_status::RouteStatusController;
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};

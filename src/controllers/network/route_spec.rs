@@ -4,7 +4,8 @@
 //! Idempotent, as Talos's: the kernel's routes that match a spec (family, destination,
 //! gateway, table, metric) are compared with it — scope, type, protocol, output link,
 //! source, MTU, on-link — and one that drifted is deleted before the wanted one is added;
-//! EEXIST is success. A route whose link does not exist yet waits. Woken by the link and
+//! EEXIST is success. Multipath routes carry their next hops and weights. A route whose
+//! link (or a next hop's link) does not exist yet waits. Woken by the link and
 //! route multicast groups, so a route deleted behind its back, or dropped by the kernel with
 //! its link going down, is added again as soon as it can be. It holds each spec with a
 //! finalizer until the route is out of the kernel. Which routes are wanted is decided
@@ -34,28 +35,38 @@ impl RouteSpecController {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum RouteSpecError {
-    #[error(transparent)]
-    Netlink(#[from] NetlinkError),
-    #[error("route {id}: multipath routes (next hops) are not supported")]
-    Multipath { id: String },
-}
-
 pub(crate) fn kernel_family(family: Family) -> netlink::Family {
     if family == Family::INET6 { netlink::Family::Inet6 } else { netlink::Family::Inet4 }
 }
 
-/// What the kernel must hold for `spec`, its output link at `link_index`.
-pub(crate) fn wanted(spec: &RouteSpec, link_index: Option<u32>) -> netlink::Route {
+/// What the kernel must hold for `spec`, its links' indexes looked up in `links`; and
+/// whether every link it names is there.
+pub(crate) fn wanted(spec: &RouteSpec, links: &HashMap<String, u32>) -> (netlink::Route, bool) {
+    let index = |name: &str| if name.is_empty() { Some(None) } else { links.get(name).map(|i| Some(*i)) };
+    let link_index = index(&spec.out_link_name);
+    let mut complete = link_index.is_some();
+    let next_hops = spec
+        .next_hops
+        .iter()
+        .map(|hop| {
+            let out_link = index(&hop.out_link_name);
+            complete &= out_link.is_some();
+            netlink::NextHop {
+                gateway: hop.gateway,
+                out_link: out_link.flatten().unwrap_or(0),
+                // Talos: an unsaid weight is 1.
+                weight: hop.weight.max(1),
+            }
+        })
+        .collect();
     let family = kernel_family(spec.family);
     let destination =
         spec.destination.map(|d| kernel_prefix(&d).network()).unwrap_or_else(|| netlink::IpPrefix::any(family));
-    netlink::Route {
+    let route = netlink::Route {
         destination,
         gateway: spec.gateway,
         source: spec.source,
-        out_link: link_index,
+        out_link: link_index.flatten(),
         table: spec.table.0,
         priority: spec.priority,
         scope: spec.scope.0.into(),
@@ -64,7 +75,9 @@ pub(crate) fn wanted(spec: &RouteSpec, link_index: Option<u32>) -> netlink::Rout
         kind: if spec.route_type == RouteType::UNSPEC { RouteType::UNICAST.0 } else { spec.route_type.0 },
         onlink: spec.flags.0 & RTNH_F_ONLINK != 0,
         mtu: spec.mtu,
-    }
+        next_hops,
+    };
+    (route, complete)
 }
 
 /// Whether the kernel's `route` is one of the spec's (Talos's `findMatchingRoutes`): same
@@ -89,6 +102,7 @@ fn in_place(route: &netlink::Route, want: &netlink::Route) -> bool {
         && (want.source.is_none() || route.source == want.source)
         && route.mtu == want.mtu
         && route.onlink == want.onlink
+        && route.next_hops == want.next_hops
 }
 
 /// What to do about one spec: delete these kernel routes, then add this one.
@@ -105,12 +119,11 @@ pub(crate) fn step(
     links: &HashMap<String, u32>,
     kernel: &[netlink::Route],
 ) -> Step {
-    let link = links.get(&spec.out_link_name).copied();
-    if !tearing_down && !spec.out_link_name.is_empty() && link.is_none() {
-        // Its link is not there (yet): applied when it appears.
+    let (want, complete) = wanted(spec, links);
+    if !tearing_down && !complete {
+        // A link it names is not there (yet): applied when it appears.
         return Step::default();
     }
-    let want = wanted(spec, link);
     let matching: Vec<&netlink::Route> = kernel.iter().filter(|r| is_match(r, &want)).collect();
     if tearing_down {
         return Step { delete: matching.into_iter().cloned().collect(), add: None };
@@ -140,16 +153,6 @@ impl RouteSpecController {
         for spec in specs {
             let tearing_down = spec.metadata().phase == Phase::TearingDown;
             let key = Pointer::of::<RouteSpec>(NAMESPACE, spec.id());
-            if !spec.spec().next_hops.is_empty() {
-                if tearing_down {
-                    if let Err(e) = ctx.release(spec) {
-                        ctx.fail_key(key, e);
-                    }
-                } else {
-                    ctx.fail_key(key, RouteSpecError::Multipath { id: spec.id().to_string() });
-                }
-                continue;
-            }
             match run_step(netlink, step(spec.spec(), tearing_down, &links, &kernel)).await {
                 Ok(()) if tearing_down => {
                     if let Err(e) = ctx.release(spec) {
@@ -198,7 +201,7 @@ impl Controller for RouteSpecController {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::network::{ConfigLayer, RouteFlags, RouteProtocol, RoutingTable, Scope};
+    use crate::resources::network::{ConfigLayer, RouteFlags, RouteNextHop, RouteProtocol, RoutingTable, Scope};
 
     fn default_via(gw: &str, link: &str) -> RouteSpec {
         let mut spec = RouteSpec {
@@ -228,12 +231,14 @@ mod tests {
             ..default_via("10.5.0.1", "eth0")
         };
         spec.normalize();
-        let want = wanted(&spec, Some(3));
+        let links: HashMap<String, u32> = [("eth0".to_string(), 3)].into();
+        let (want, complete) = wanted(&spec, &links);
+        assert!(complete);
         assert_eq!(want.destination.to_string(), "10.9.0.0/16", "host bits cleared");
         assert_eq!((want.table, want.priority, want.mtu, want.onlink), (100, 1024, 1400, true));
         assert_eq!((want.kind, want.protocol, want.out_link), (1, 4, Some(3)), "no type said: unicast");
         assert_eq!(want.source, Some("10.5.0.2".parse().unwrap()));
-        let default = wanted(&default_via("10.5.0.1", "eth0"), Some(3));
+        let (default, _) = wanted(&default_via("10.5.0.1", "eth0"), &links);
         assert!(default.destination.is_empty());
         assert_eq!(default.scope, netlink::Scope::Global);
     }
@@ -242,7 +247,7 @@ mod tests {
     fn steps_table() {
         let links: HashMap<String, u32> = [("eth0".to_string(), 3)].into();
         let spec = default_via("10.5.0.1", "eth0");
-        let want = wanted(&spec, Some(3));
+        let (want, _) = wanted(&spec, &links);
         assert_eq!(step(&spec, false, &links, &[]), Step { delete: vec![], add: Some(want.clone()) }, "missing: added");
         assert_eq!(step(&default_via("10.5.0.1", "eth9"), false, &links, &[]), Step::default(), "no link yet: waits");
         assert_eq!(step(&spec, false, &links, std::slice::from_ref(&want)), Step::default(), "in place");
@@ -284,7 +289,44 @@ mod tests {
             scope: Scope::LINK,
             ..spec.clone()
         };
-        let kernel6 = netlink::Route { priority: 1024, ..wanted(&v6, Some(3)) };
+        let kernel6 = netlink::Route { priority: 1024, ..wanted(&v6, &links).0 };
         assert_eq!(step(&v6, false, &links, &[kernel6]), Step::default());
+    }
+
+    #[test]
+    fn multipath_routes_wait_for_every_link_and_compare_their_hops() {
+        let links: HashMap<String, u32> = [("eth0".to_string(), 3), ("eth1".to_string(), 4)].into();
+        let hop = |gw: &str, link: &str, weight: u32| RouteNextHop {
+            gateway: Some(gw.parse().unwrap()),
+            out_link_name: link.into(),
+            weight,
+        };
+        let mut spec = RouteSpec {
+            gateway: None,
+            out_link_name: String::new(),
+            next_hops: vec![hop("10.5.0.1", "eth0", 0), hop("10.6.0.1", "eth1", 2)],
+            ..default_via("10.5.0.1", "eth0")
+        };
+        spec.normalize();
+        let (want, complete) = wanted(&spec, &links);
+        assert!(complete);
+        assert_eq!(
+            want.next_hops,
+            vec![
+                netlink::NextHop { gateway: Some("10.5.0.1".parse().unwrap()), out_link: 3, weight: 1 },
+                netlink::NextHop { gateway: Some("10.6.0.1".parse().unwrap()), out_link: 4, weight: 2 },
+            ],
+            "an unsaid weight is 1"
+        );
+        let only_eth0: HashMap<String, u32> = [("eth0".to_string(), 3)].into();
+        assert_eq!(step(&spec, false, &only_eth0, &[]), Step::default(), "a hop's link missing: waits");
+        assert_eq!(step(&spec, false, &links, std::slice::from_ref(&want)), Step::default());
+        let mut reweighted = want.clone();
+        reweighted.next_hops[1].weight = 5;
+        assert_eq!(
+            step(&spec, false, &links, std::slice::from_ref(&reweighted)),
+            Step { delete: vec![reweighted], add: Some(want) },
+            "another weight: replaced"
+        );
     }
 }

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
 use crate::kernel::netlink::{self, Groups, NetlinkError};
 use crate::resources::network::{
-    Family, IpPrefix, NAMESPACE, RouteFlags, RouteProtocol, RouteStatus, RouteType, RoutingTable, Scope, route_id,
+    Family, IpPrefix, NAMESPACE, RouteFlags, RouteNextHop, RouteProtocol, RouteStatus, RouteType, RoutingTable, Scope,
+    route_id,
 };
 
 use super::route_spec::RTNH_F_ONLINK;
@@ -26,8 +27,9 @@ impl RouteStatusController {
     }
 }
 
-/// The status of one kernel route, its output link named `link_name`.
-pub(crate) fn route_status(route: &netlink::Route, link_name: &str) -> RouteStatus {
+/// The status of one kernel route, its links named as `names` says.
+pub(crate) fn route_status(route: &netlink::Route, names: &HashMap<u32, String>) -> RouteStatus {
+    let name = |index: u32| names.get(&index).cloned().unwrap_or_default();
     let destination = (!route.destination.is_empty())
         .then(|| IpPrefix::new(route.destination.addr(), route.destination.len()).expect("a kernel prefix is valid"));
     RouteStatus {
@@ -39,7 +41,7 @@ pub(crate) fn route_status(route: &netlink::Route, link_name: &str) -> RouteStat
         source: route.source,
         gateway: route.gateway,
         out_link_index: route.out_link.unwrap_or(0),
-        out_link_name: link_name.to_string(),
+        out_link_name: route.out_link.map(name).unwrap_or_default(),
         table: RoutingTable(route.table),
         priority: route.priority,
         scope: Scope(route.scope.into()),
@@ -48,7 +50,11 @@ pub(crate) fn route_status(route: &netlink::Route, link_name: &str) -> RouteStat
         flags: RouteFlags(if route.onlink { RTNH_F_ONLINK } else { 0 }),
         protocol: RouteProtocol(route.protocol),
         mtu: route.mtu,
-        next_hops: Vec::new(),
+        next_hops: route
+            .next_hops
+            .iter()
+            .map(|hop| RouteNextHop { gateway: hop.gateway, out_link_name: name(hop.out_link), weight: hop.weight })
+            .collect(),
     }
 }
 
@@ -69,13 +75,7 @@ impl RouteStatusController {
         let netlink = self.connection.get()?;
         let names: HashMap<u32, String> = netlink.links().await?.into_iter().map(|l| (l.index, l.name)).collect();
         let routes = netlink.routes(None).await?;
-        Ok(routes
-            .iter()
-            .map(|r| {
-                let link_name = r.out_link.and_then(|i| names.get(&i)).map(String::as_str).unwrap_or_default();
-                route_status(r, link_name)
-            })
-            .collect())
+        Ok(routes.iter().map(|r| route_status(r, &names)).collect())
     }
 }
 
@@ -124,6 +124,10 @@ impl Controller for RouteStatusController {
 mod tests {
     use super::*;
 
+    fn eth0() -> HashMap<u32, String> {
+        [(3, "eth0".to_string()), (4, "eth1".to_string())].into()
+    }
+
     #[test]
     fn kernel_routes_become_statuses_with_talos_ids() {
         let default = netlink::Route {
@@ -132,7 +136,7 @@ mod tests {
             priority: 1024,
             ..netlink::Route::new(netlink::IpPrefix::any(netlink::Family::Inet4))
         };
-        let status = route_status(&default, "eth0");
+        let status = route_status(&default, &eth0());
         assert_eq!(status.destination, None, "a default route has no destination");
         assert_eq!((status.out_link_index, status.out_link_name.as_str()), (3, "eth0"));
         assert_eq!(
@@ -150,12 +154,22 @@ mod tests {
             out_link: Some(3),
             ..netlink::Route::new("10.9.0.0/16".parse().unwrap())
         };
-        let status = route_status(&sourced, "eth0");
+        let status = route_status(&sourced, &eth0());
         assert_eq!(status_id(&status), "100/inet4//10.9.0.0/16/50");
         assert_eq!((status.flags, status.mtu), (RouteFlags(RTNH_F_ONLINK), 1400));
 
         let v6 =
             netlink::Route { out_link: Some(3), priority: 256, ..netlink::Route::new("fd00::/64".parse().unwrap()) };
-        assert_eq!(status_id(&route_status(&v6, "eth0")), "eth0/inet6//fd00::/64/256");
+        assert_eq!(status_id(&route_status(&v6, &eth0())), "eth0/inet6//fd00::/64/256");
+
+        let multipath = netlink::Route {
+            next_hops: vec![netlink::NextHop { gateway: Some("10.6.0.1".parse().unwrap()), out_link: 4, weight: 3 }],
+            ..netlink::Route::new("10.9.0.0/16".parse().unwrap())
+        };
+        let status = route_status(&multipath, &eth0());
+        assert_eq!(
+            status.next_hops,
+            vec![RouteNextHop { gateway: Some("10.6.0.1".parse().unwrap()), out_link_name: "eth1".into(), weight: 3 }]
+        );
     }
 }
