@@ -1,4 +1,7 @@
-//! Links: list, up/down, MTU, create (veth, bridge, dummy, vlan, bond), delete, master.
+//! Links: list (with a vlan's, bond's or bridge's settings), up/down, MTU, hardware address,
+//! multicast, create (veth, bridge, dummy, vlan, bond) with their settings, change a live bond's
+//! or bridge's settings, delete, master. The attribute lists sent for each are built by pure
+//! functions ([`bond_attributes`], [`create_message`], [`settings_message`]) tested without a kernel.
 //!
 //! Links are named by name, as Talos's LinkSpec is: the kernel looks a link up by
 //! `IFLA_IFNAME` when the message carries no index, so setting needs no listing first.
