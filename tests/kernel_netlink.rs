@@ -82,8 +82,10 @@ async fn veth_and_bridge_links_are_created_configured_and_deleted() {
     let veth = LinkKind::Veth { peer: "b".into() };
     nl.create_link("a", &veth).await.unwrap();
     nl.create_link("a", &veth).await.expect("creating an existing veth again is success");
-    nl.create_link("br0", &LinkKind::Bridge).await.unwrap();
-    nl.create_link("br0", &LinkKind::Bridge).await.expect("creating an existing bridge again is success");
+    nl.create_link("br0", &LinkKind::Bridge(Default::default())).await.unwrap();
+    nl.create_link("br0", &LinkKind::Bridge(Default::default()))
+        .await
+        .expect("creating an existing bridge again is success");
     match nl.create_link("br0", &veth).await {
         Err(NetlinkError::KindMismatch { name, found, .. }) => {
             assert_eq!((name.as_str(), found.as_str()), ("br0", "bridge"))
@@ -359,7 +361,7 @@ fn work_on_a_namespace_thread_sees_only_that_namespace() {
         .block_on(|| async {
             // Netlink::connect binds to the calling thread's namespace: here, the fresh one.
             let nl = Netlink::connect().unwrap();
-            nl.create_link("inside", &LinkKind::Bridge).await.unwrap();
+            nl.create_link("inside", &LinkKind::Bridge(Default::default())).await.unwrap();
             nl.links().await.unwrap().into_iter().map(|l| l.name).collect::<Vec<_>>()
         })
         .unwrap();

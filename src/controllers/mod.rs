@@ -80,6 +80,11 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(AddressSpecController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(LinkStatusController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(LinkSpecController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(RouteSpecController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(RouteStatusController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(HostnameSpecController::new(crate::kernel::uts::UtsTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(HostnameStatusController::new(crate::kernel::uts::UtsTarget::Node))));
     all
 }
 

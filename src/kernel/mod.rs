@@ -1,6 +1,6 @@
 //! Kernel adapters: thin, typed wrappers over the syscalls and kernel files the node needs
 //! (mounts, loop devices, module loading, the kernel command line, rtnetlink, network
-//! namespaces).
+//! namespaces, the hostname and UTS namespaces).
 //!
 //! This is the only place in the crate allowed to hold `unsafe`, each block with a `// SAFETY:`
 //! line. Parsing and decisions stay pure and table-tested here; the code that touches the kernel
@@ -18,6 +18,7 @@ pub mod netlink;
 pub mod netns;
 pub mod power;
 pub mod procfs;
+pub mod uts;
 
 /// The resident set size of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`, or
 /// `/proc/self/status` for `None`).

@@ -7,9 +7,11 @@
 //! speed …) stay empty, and the link state is the carrier flag (`IFF_LOWER_UP`).
 
 use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
-use crate::kernel::netlink::{self, Groups, NetlinkError, OperState};
+use crate::kernel::netlink::{self, BondSettings, Groups, LinkData, NetlinkError, OperState};
 use crate::resources::network::{
-    HardwareAddress, LINK_KIND_VETH, LinkFlags, LinkStatus, LinkType, NAMESPACE, OperationalState, VethSpec,
+    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMasterSpec, BondMode, BondXmitHashPolicy, BridgeMasterSpec,
+    BridgeVlanSpec, FailOverMac, HardwareAddress, LINK_KIND_VETH, LacpRate, LinkFlags, LinkStatus, LinkType, NAMESPACE,
+    OperationalState, PrimaryReselect, StpSpec, VethSpec, VlanProtocol, VlanSpec,
 };
 
 use super::{Connection, NetworkTarget};
@@ -61,7 +63,54 @@ pub(crate) fn link_status(link: &netlink::Link, links: &[netlink::Link]) -> Link
             .find(|p| Some(p.index) == link.parent && p.kind == LINK_KIND_VETH && p.parent == Some(link.index));
         status.veth = VethSpec { peer_name: peer.map(|p| p.name.clone()).unwrap_or_default() };
     }
+    match &link.data {
+        LinkData::Vlan(v) => status.vlan = VlanSpec { vid: v.id, protocol: VlanProtocol(v.protocol.ethertype()) },
+        LinkData::Bridge(b) => {
+            status.bridge_master = BridgeMasterSpec {
+                stp: StpSpec { enabled: b.stp },
+                vlan: BridgeVlanSpec { filtering_enabled: b.vlan_filtering.unwrap_or(false) },
+            }
+        }
+        LinkData::Bond(b) => status.bond_master = bond_master(b),
+        LinkData::None => {}
+    }
     status
+}
+
+/// A bond's settings as the kernel reports them, in Talos's `BondMasterSpec` (the primary as
+/// its index: the kernel knows no names).
+pub(crate) fn bond_master(b: &BondSettings) -> BondMasterSpec {
+    BondMasterSpec {
+        mode: BondMode(b.mode),
+        hash_policy: BondXmitHashPolicy(b.xmit_hash_policy),
+        lacp_rate: LacpRate(b.lacp_rate),
+        arp_validate: ArpValidate(b.arp_validate),
+        arp_all_targets: ArpAllTargets(b.arp_all_targets),
+        primary_index: b.primary,
+        primary_reselect: PrimaryReselect(b.primary_reselect),
+        fail_over_mac: FailOverMac(b.fail_over_mac),
+        ad_select: AdSelect(b.ad_select),
+        mii_mon: b.miimon,
+        up_delay: b.updelay,
+        down_delay: b.downdelay,
+        arp_interval: b.arp_interval,
+        resend_igmp: b.resend_igmp,
+        min_links: b.min_links,
+        lp_interval: b.lp_interval,
+        packets_per_slave: b.packets_per_slave,
+        num_peer_notif: b.num_peer_notif,
+        tlb_dynamic_lb: b.tlb_dynamic_lb,
+        all_slaves_active: b.all_slaves_active,
+        use_carrier: b.use_carrier,
+        ad_actor_sys_prio: b.ad_actor_sys_prio,
+        ad_user_port_key: b.ad_user_port_key,
+        peer_notify_delay: b.peer_notify_delay,
+        arp_ip_targets: b.arp_ip_targets.iter().map(|a| std::net::IpAddr::V4(*a)).collect(),
+        ns_ip6_targets: b.ns_ip6_targets.iter().map(|a| std::net::IpAddr::V6(*a)).collect(),
+        ad_lacp_active: b.ad_lacp_active.map(AdLacpActive),
+        missed_max: b.missed_max,
+        primary: String::new(),
+    }
 }
 
 impl LinkStatusController {
@@ -125,6 +174,7 @@ mod tests {
             master: None,
             parent,
             operstate: OperState::Up,
+            data: netlink::LinkData::None,
         }
     }
 
@@ -139,6 +189,28 @@ mod tests {
         assert!(!a.physical(), "a veth is logical");
         let br = link_status(&links[2], &links);
         assert_eq!(br.veth, VethSpec::default());
+        // What the kernel says of vlans, bridges and bonds.
+        let vlan = netlink::Link {
+            data: LinkData::Vlan(netlink::VlanInfo { id: 10, protocol: netlink::VlanProtocol::Ieee8021Ad }),
+            ..link(5, "eth0.10", "vlan", Some(2))
+        };
+        let v = link_status(&vlan, &links).vlan;
+        assert_eq!((v.vid, v.protocol), (10, VlanProtocol::IEEE_802_1AD));
+        let stp = netlink::BridgeSettings { stp: true, vlan_filtering: None };
+        let bridge = netlink::Link { data: LinkData::Bridge(stp), ..link(4, "br0", "bridge", None) };
+        let b = link_status(&bridge, &links).bridge_master;
+        assert!(b.stp.enabled && !b.vlan.filtering_enabled);
+        // A bond's settings come back as the spec that made them (the primary by index).
+        let mut spec = BondMasterSpec {
+            mode: BondMode::IEEE_802_3AD,
+            mii_mon: 100,
+            lacp_rate: LacpRate::FAST,
+            ..BondMasterSpec::default()
+        };
+        spec.fill_defaults();
+        let settings = super::super::link_spec::bond_settings(&spec, &links);
+        let bond = netlink::Link { data: LinkData::Bond(settings), ..link(6, "bond0", "bond", None) };
+        assert_eq!(link_status(&bond, &links).bond_master, spec);
         // A peer in another namespace is not named.
         let lonely = link_status(&links[0], &links[..1]);
         assert_eq!(lonely.veth.peer_name, "");

@@ -9,17 +9,27 @@
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod hostname_spec;
+mod hostname_status;
+mod link_spec;
 mod link_status;
 mod merge;
+mod route_spec;
+mod route_status;
 
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use hostname_spec::{HostnameSpecController, HostnameSpecError};
+pub use hostname_status::HostnameStatusController;
+pub use link_spec::{LinkSpecController, LinkSpecError};
 pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use route_spec::{RTNH_F_ONLINK, RouteSpecController};
+pub use route_status::RouteStatusController;
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;

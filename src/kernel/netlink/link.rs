@@ -1,11 +1,15 @@
-//! Links: list, up/down, MTU, create (veth, bridge, dummy, vlan, bond), delete, master.
+//! Links: list (with a vlan's, bond's or bridge's settings), up/down, MTU, hardware address,
+//! multicast, create (veth, bridge, dummy, vlan, bond) with their settings, change a live bond's
+//! or bridge's settings, delete, master. The attribute lists sent for each are built by pure
+//! functions ([`bond_attributes`], [`create_message`], [`settings_message`]) tested without a kernel.
 //!
 //! Links are named by name, as Talos's LinkSpec is: the kernel looks a link up by
 //! `IFLA_IFNAME` when the message carries no index, so setting needs no listing first.
 
 use futures::TryStreamExt;
-use rtnetlink::packet_route::link::{self as nl, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
-use rtnetlink::{LinkBond, LinkBridge, LinkDummy, LinkUnspec, LinkVeth, LinkVlan};
+use rtnetlink::packet_core::{NLM_F_ACK, NLM_F_REQUEST};
+use rtnetlink::packet_route::link::{self as nl, InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use rtnetlink::{LinkDummy, LinkMessageBuilder, LinkUnspec, LinkVeth, LinkVlan};
 use rustix::io::Errno;
 
 use super::{Netlink, NetlinkError, is_errno, kernel_error};
@@ -36,6 +40,8 @@ pub struct Link {
     /// `IFLA_LINK`: a vlan's parent, a veth's peer.
     pub parent: Option<u32>,
     pub operstate: OperState,
+    /// The settings of a vlan, bond or bridge.
+    pub data: LinkData,
 }
 
 impl Link {
@@ -78,37 +84,110 @@ impl From<nl::State> for OperState {
     }
 }
 
-/// Bonding modes, with the kernel's numbering.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BondMode {
-    BalanceRr,
-    ActiveBackup,
-    BalanceXor,
-    Broadcast,
-    Ieee8023ad,
-    BalanceTlb,
-    BalanceAlb,
-}
-
-impl From<BondMode> for nl::BondMode {
-    fn from(m: BondMode) -> nl::BondMode {
-        match m {
-            BondMode::BalanceRr => nl::BondMode::BalanceRr,
-            BondMode::ActiveBackup => nl::BondMode::ActiveBackup,
-            BondMode::BalanceXor => nl::BondMode::BalanceXor,
-            BondMode::Broadcast => nl::BondMode::Broadcast,
-            BondMode::Ieee8023ad => nl::BondMode::Ieee8023Ad,
-            BondMode::BalanceTlb => nl::BondMode::BalanceTlb,
-            BondMode::BalanceAlb => nl::BondMode::BalanceAlb,
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum VlanProtocol {
     #[default]
     Ieee8021Q,
     Ieee8021Ad,
+}
+
+impl VlanProtocol {
+    /// The protocol of an ethertype (0x88a8 is 802.1ad; anything else is taken as 802.1q).
+    pub fn from_ethertype(ethertype: u16) -> VlanProtocol {
+        if ethertype == 0x88a8 { VlanProtocol::Ieee8021Ad } else { VlanProtocol::Ieee8021Q }
+    }
+
+    pub fn ethertype(self) -> u16 {
+        match self {
+            VlanProtocol::Ieee8021Q => 0x8100,
+            VlanProtocol::Ieee8021Ad => 0x88a8,
+        }
+    }
+}
+
+impl From<VlanProtocol> for nl::VlanProtocol {
+    fn from(p: VlanProtocol) -> nl::VlanProtocol {
+        match p {
+            VlanProtocol::Ieee8021Q => nl::VlanProtocol::Ieee8021Q,
+            VlanProtocol::Ieee8021Ad => nl::VlanProtocol::Ieee8021Ad,
+        }
+    }
+}
+
+/// A vlan's identity as the kernel holds it; it cannot change on a live link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct VlanInfo {
+    pub id: u16,
+    pub protocol: VlanProtocol,
+}
+
+/// The bridge settings machined manages (Talos's `BridgeMasterSpec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BridgeSettings {
+    /// `IFLA_BR_STP_STATE` 1 (kernel STP) rather than 0.
+    pub stp: bool,
+    /// `IFLA_BR_VLAN_FILTERING`; `None` is not sent (listed: the kernel has no vlan
+    /// filtering, and refuses the attribute even to turn it off).
+    pub vlan_filtering: Option<bool>,
+}
+
+/// `BOND_MODE_*`, the bonding driver's numbers.
+pub mod bond_mode {
+    pub const BALANCE_RR: u8 = 0;
+    pub const ACTIVE_BACKUP: u8 = 1;
+    pub const BALANCE_XOR: u8 = 2;
+    pub const BROADCAST: u8 = 3;
+    pub const IEEE_802_3AD: u8 = 4;
+    pub const BALANCE_TLB: u8 = 5;
+    pub const BALANCE_ALB: u8 = 6;
+}
+
+/// A bond's settings (`IFLA_BOND_*`), in the bonding driver's numbers: the fields of Talos's
+/// `BondMasterSpec`, with the primary as an index.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct BondSettings {
+    /// [`bond_mode`].
+    pub mode: u8,
+    pub xmit_hash_policy: u8,
+    pub lacp_rate: u8,
+    /// `None`: the kernel's default (on).
+    pub ad_lacp_active: Option<u8>,
+    pub arp_validate: u32,
+    pub arp_all_targets: u32,
+    /// The primary port's index; `None` leaves the kernel's as it is.
+    pub primary: Option<u32>,
+    pub primary_reselect: u8,
+    pub fail_over_mac: u8,
+    pub ad_select: u8,
+    pub miimon: u32,
+    pub updelay: u32,
+    pub downdelay: u32,
+    pub arp_interval: u32,
+    pub arp_ip_targets: Vec<std::net::Ipv4Addr>,
+    pub ns_ip6_targets: Vec<std::net::Ipv6Addr>,
+    pub resend_igmp: u32,
+    pub min_links: u32,
+    pub lp_interval: u32,
+    pub packets_per_slave: u32,
+    pub num_peer_notif: u8,
+    pub tlb_dynamic_lb: u8,
+    pub all_slaves_active: u8,
+    pub use_carrier: bool,
+    pub ad_actor_sys_prio: u16,
+    pub ad_user_port_key: u16,
+    pub peer_notify_delay: u32,
+    pub missed_max: u8,
+}
+
+/// What the kernel reports of a logical link's own settings (`IFLA_INFO_DATA`), for the
+/// kinds machined configures.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum LinkData {
+    #[default]
+    None,
+    Vlan(VlanInfo),
+    Bond(BondSettings),
+    Bridge(BridgeSettings),
 }
 
 /// A link to create, by kind.
@@ -118,7 +197,7 @@ pub enum LinkKind {
     Veth {
         peer: String,
     },
-    Bridge,
+    Bridge(BridgeSettings),
     Dummy,
     /// A vlan `id` on the link named `parent`.
     Vlan {
@@ -126,9 +205,7 @@ pub enum LinkKind {
         id: u16,
         protocol: VlanProtocol,
     },
-    Bond {
-        mode: BondMode,
-    },
+    Bond(BondSettings),
 }
 
 impl LinkKind {
@@ -136,12 +213,187 @@ impl LinkKind {
     pub fn kernel_kind(&self) -> &'static str {
         match self {
             LinkKind::Veth { .. } => "veth",
-            LinkKind::Bridge => "bridge",
+            LinkKind::Bridge(_) => "bridge",
             LinkKind::Dummy => "dummy",
             LinkKind::Vlan { .. } => "vlan",
-            LinkKind::Bond { .. } => "bond",
+            LinkKind::Bond(_) => "bond",
         }
     }
+}
+
+fn has_arp_monitor(mode: u8) -> bool {
+    !matches!(mode, bond_mode::IEEE_802_3AD | bond_mode::BALANCE_TLB | bond_mode::BALANCE_ALB)
+}
+
+/// The `IFLA_BOND_*` attributes for `bond`, with Talos's rules for which options go to the
+/// kernel in which mode (the driver refuses some outside their modes, such as the LACP rate
+/// outside 802.3ad, and ignores others).
+pub fn bond_attributes(bond: &BondSettings) -> Vec<nl::InfoBond> {
+    use nl::InfoBond as B;
+    let mode = bond.mode;
+    let mut a = vec![B::Mode(mode.into()), B::XmitHashPolicy(bond.xmit_hash_policy.into())];
+    if mode == bond_mode::IEEE_802_3AD {
+        a.push(B::AdLacpRate(bond.lacp_rate.into()));
+        if let Some(active) = bond.ad_lacp_active {
+            a.push(B::AdLacpActive(active != 0));
+        }
+    }
+    if has_arp_monitor(mode) {
+        a.push(B::ArpValidate(bond.arp_validate.into()));
+    }
+    a.push(B::ArpAllTargets(bond.arp_all_targets.into()));
+    if matches!(mode, bond_mode::ACTIVE_BACKUP | bond_mode::BALANCE_TLB | bond_mode::BALANCE_ALB)
+        && let Some(primary) = bond.primary
+    {
+        a.push(B::Primary(primary));
+    }
+    a.push(B::PrimaryReselect(bond.primary_reselect.into()));
+    a.push(B::FailOverMac(bond.fail_over_mac.into()));
+    a.push(B::AdSelect(bond.ad_select.into()));
+    a.push(B::MiiMon(bond.miimon));
+    if bond.miimon != 0 {
+        a.push(B::UpDelay(bond.updelay));
+        a.push(B::DownDelay(bond.downdelay));
+    }
+    if has_arp_monitor(mode) {
+        a.push(B::ArpInterval(bond.arp_interval));
+        a.push(B::ArpIpTarget(bond.arp_ip_targets.clone()));
+        a.push(B::NsIp6Target(bond.ns_ip6_targets.clone()));
+    }
+    a.push(B::ResendIgmp(bond.resend_igmp));
+    a.push(B::MinLinks(bond.min_links));
+    a.push(B::LpInterval(bond.lp_interval));
+    if mode == bond_mode::BALANCE_RR {
+        a.push(B::PacketsPerPort(bond.packets_per_slave));
+    }
+    a.push(B::NumPeerNotif(bond.num_peer_notif));
+    if matches!(mode, bond_mode::BALANCE_TLB | bond_mode::BALANCE_ALB) {
+        a.push(B::TlbDynamicLb(bond.tlb_dynamic_lb != 0));
+    }
+    a.push(B::AllPortsActive(bond.all_slaves_active.into()));
+    a.push(B::UseCarrier(bond.use_carrier));
+    if mode == bond_mode::IEEE_802_3AD {
+        a.push(B::AdActorSysPrio(bond.ad_actor_sys_prio));
+        a.push(B::AdUserPortKey(bond.ad_user_port_key));
+    }
+    if bond.miimon != 0 {
+        a.push(B::PeerNotifDelay(bond.peer_notify_delay));
+    }
+    if bond.missed_max != 0 {
+        a.push(B::MissedMax(bond.missed_max));
+    }
+    a
+}
+
+/// A bond's settings from what the kernel reports.
+pub fn bond_from_attributes(attributes: &[nl::InfoBond]) -> BondSettings {
+    use nl::InfoBond as B;
+    let mut bond = BondSettings::default();
+    for attr in attributes {
+        match attr {
+            B::Mode(m) => bond.mode = (*m).into(),
+            B::XmitHashPolicy(p) => bond.xmit_hash_policy = (*p).into(),
+            B::AdLacpRate(r) => bond.lacp_rate = (*r).into(),
+            B::AdLacpActive(on) => bond.ad_lacp_active = Some(u8::from(*on)),
+            B::ArpValidate(v) => bond.arp_validate = (*v).into(),
+            B::ArpAllTargets(t) => bond.arp_all_targets = (*t).into(),
+            B::Primary(i) => bond.primary = Some(*i),
+            B::PrimaryReselect(r) => bond.primary_reselect = (*r).into(),
+            B::FailOverMac(f) => bond.fail_over_mac = (*f).into(),
+            B::AdSelect(s) => bond.ad_select = (*s).into(),
+            B::MiiMon(v) => bond.miimon = *v,
+            B::UpDelay(v) => bond.updelay = *v,
+            B::DownDelay(v) => bond.downdelay = *v,
+            B::ArpInterval(v) => bond.arp_interval = *v,
+            B::ArpIpTarget(t) => bond.arp_ip_targets = t.clone(),
+            B::NsIp6Target(t) => bond.ns_ip6_targets = t.clone(),
+            B::ResendIgmp(v) => bond.resend_igmp = *v,
+            B::MinLinks(v) => bond.min_links = *v,
+            B::LpInterval(v) => bond.lp_interval = *v,
+            B::PacketsPerPort(v) => bond.packets_per_slave = *v,
+            B::NumPeerNotif(v) => bond.num_peer_notif = *v,
+            B::TlbDynamicLb(on) => bond.tlb_dynamic_lb = u8::from(*on),
+            B::AllPortsActive(a) => bond.all_slaves_active = (*a).into(),
+            B::UseCarrier(on) => bond.use_carrier = *on,
+            B::AdActorSysPrio(v) => bond.ad_actor_sys_prio = *v,
+            B::AdUserPortKey(v) => bond.ad_user_port_key = *v,
+            B::PeerNotifDelay(v) => bond.peer_notify_delay = *v,
+            B::MissedMax(v) => bond.missed_max = *v,
+            _ => {}
+        }
+    }
+    bond
+}
+
+/// The `IFLA_BR_*` attributes machined sets on a bridge.
+pub fn bridge_attributes(bridge: &BridgeSettings) -> Vec<nl::InfoBridge> {
+    let stp = if bridge.stp { nl::BridgeStpState::KernelStp } else { nl::BridgeStpState::Disabled };
+    let mut attributes = vec![nl::InfoBridge::StpState(stp)];
+    if let Some(on) = bridge.vlan_filtering {
+        attributes.push(nl::InfoBridge::VlanFiltering(on));
+    }
+    attributes
+}
+
+fn bridge_from_attributes(attributes: &[nl::InfoBridge]) -> BridgeSettings {
+    let mut bridge = BridgeSettings::default();
+    for attr in attributes {
+        match attr {
+            nl::InfoBridge::StpState(s) => bridge.stp = u32::from(*s) == 1,
+            nl::InfoBridge::VlanFiltering(on) => bridge.vlan_filtering = Some(*on),
+            _ => {}
+        }
+    }
+    bridge
+}
+
+fn vlan_from_attributes(attributes: &[nl::InfoVlan]) -> VlanInfo {
+    let mut vlan = VlanInfo::default();
+    for attr in attributes {
+        match attr {
+            nl::InfoVlan::Id(id) => vlan.id = *id,
+            nl::InfoVlan::Protocol(p) => vlan.protocol = VlanProtocol::from_ethertype(u16::from(*p)),
+            _ => {}
+        }
+    }
+    vlan
+}
+
+fn data_from_info(data: &InfoData) -> LinkData {
+    match data {
+        InfoData::Vlan(v) => LinkData::Vlan(vlan_from_attributes(v)),
+        InfoData::Bond(b) => LinkData::Bond(bond_from_attributes(b)),
+        InfoData::Bridge(b) => LinkData::Bridge(bridge_from_attributes(b)),
+        _ => LinkData::None,
+    }
+}
+
+/// The RTM_NEWLINK message that creates `name` of `kind`; `parent` is the index of a
+/// vlan's parent link.
+pub fn create_message(name: &str, kind: &LinkKind, parent: Option<u32>) -> LinkMessage {
+    match kind {
+        LinkKind::Veth { peer } => LinkVeth::new(name, peer).build(),
+        LinkKind::Bridge(settings) => settings_message(name, &LinkData::Bridge(*settings)),
+        LinkKind::Dummy => LinkDummy::new(name).build(),
+        LinkKind::Vlan { id, protocol, .. } => {
+            LinkVlan::new(name, parent.unwrap_or(0), *id).protocol((*protocol).into()).build()
+        }
+        LinkKind::Bond(settings) => settings_message(name, &LinkData::Bond(settings.clone())),
+    }
+}
+
+/// A message naming link `name` with its kind and `data` as link info: sent with
+/// NLM_F_CREATE it makes a bond or bridge, without it it changes a live one's settings.
+pub fn settings_message(name: &str, data: &LinkData) -> LinkMessage {
+    let (kind, data) = match data {
+        LinkData::Bond(b) => (InfoKind::Bond, InfoData::Bond(bond_attributes(b))),
+        LinkData::Bridge(b) => (InfoKind::Bridge, InfoData::Bridge(bridge_attributes(b))),
+        LinkData::Vlan(v) => {
+            (InfoKind::Vlan, InfoData::Vlan(vec![nl::InfoVlan::Id(v.id), nl::InfoVlan::Protocol(v.protocol.into())]))
+        }
+        LinkData::None => return LinkUnspec::new_with_name(name).build(),
+    };
+    LinkMessageBuilder::<LinkUnspec>::new_with_info_kind(kind).name(name.to_string()).set_info_data(data).build()
 }
 
 pub(crate) fn link_from_message(msg: &LinkMessage) -> Link {
@@ -161,6 +413,7 @@ pub(crate) fn link_from_message(msg: &LinkMessage) -> Link {
         master: None,
         parent: None,
         operstate: OperState::Unknown,
+        data: LinkData::None,
     };
     for attr in &msg.attributes {
         match attr {
@@ -173,8 +426,10 @@ pub(crate) fn link_from_message(msg: &LinkMessage) -> Link {
             LinkAttribute::OperState(s) => link.operstate = (*s).into(),
             LinkAttribute::LinkInfo(infos) => {
                 for info in infos {
-                    if let LinkInfo::Kind(kind) = info {
-                        link.kind = kind_name(kind);
+                    match info {
+                        LinkInfo::Kind(kind) => link.kind = kind_name(kind),
+                        LinkInfo::Data(data) => link.data = data_from_info(data),
+                        _ => {}
                     }
                 }
             }
@@ -259,23 +514,44 @@ impl Netlink {
         }
     }
 
+    /// Sets the hardware (MAC) address.
+    pub async fn set_link_hardware_addr(&self, name: &str, addr: &[u8]) -> Result<(), NetlinkError> {
+        self.set(
+            "setting the hardware address of",
+            name,
+            LinkUnspec::new_with_name(name).address(addr.to_vec()).build(),
+        )
+        .await
+    }
+
+    /// Sets or clears IFF_MULTICAST.
+    pub async fn set_link_multicast(&self, name: &str, on: bool) -> Result<(), NetlinkError> {
+        self.set("setting the multicast flag of", name, LinkUnspec::new_with_name(name).multicast(on).build()).await
+    }
+
+    /// Changes the settings of the live bond or bridge `name` (RTM_NEWLINK without
+    /// NLM_F_CREATE: the kernel's changelink). Some bond settings are refused while the bond
+    /// is up or has ports; the caller takes it down and frees them first.
+    pub async fn set_link_data(&self, name: &str, data: &LinkData) -> Result<(), NetlinkError> {
+        let msg = settings_message(name, data);
+        self.handle().link().add(msg).set_flags(NLM_F_REQUEST | NLM_F_ACK).execute().await.map_err(|e| {
+            let source = kernel_error(e);
+            if is_errno(&source, &[Errno::NODEV]) {
+                NetlinkError::NoSuchLink { name: name.to_string() }
+            } else {
+                NetlinkError::Link { action: "changing the settings of", name: name.to_string(), source }
+            }
+        })
+    }
+
     /// Creates link `name` of `kind`. A link of that name and kind there already is success;
     /// one of another kind is [`NetlinkError::KindMismatch`].
     pub async fn create_link(&self, name: &str, kind: &LinkKind) -> Result<(), NetlinkError> {
-        let msg = match kind {
-            LinkKind::Veth { peer } => LinkVeth::new(name, peer).build(),
-            LinkKind::Bridge => LinkBridge::new(name).build(),
-            LinkKind::Dummy => LinkDummy::new(name).build(),
-            LinkKind::Vlan { parent, id, protocol } => {
-                let parent = self.require_link(parent).await?.index;
-                let protocol = match protocol {
-                    VlanProtocol::Ieee8021Q => nl::VlanProtocol::Ieee8021Q,
-                    VlanProtocol::Ieee8021Ad => nl::VlanProtocol::Ieee8021Ad,
-                };
-                LinkVlan::new(name, parent, *id).protocol(protocol).build()
-            }
-            LinkKind::Bond { mode } => LinkBond::new(name).mode((*mode).into()).build(),
+        let parent = match kind {
+            LinkKind::Vlan { parent, .. } => Some(self.require_link(parent).await?.index),
+            _ => None,
         };
+        let msg = create_message(name, kind, parent);
         let want = kind.kernel_kind();
         match self.handle().link().add(msg).execute().await {
             Ok(()) => Ok(()),
@@ -284,10 +560,10 @@ impl Netlink {
                 if !is_errno(&source, &[Errno::EXIST]) {
                     let action = match kind {
                         LinkKind::Veth { .. } => "creating veth",
-                        LinkKind::Bridge => "creating bridge",
+                        LinkKind::Bridge(_) => "creating bridge",
                         LinkKind::Dummy => "creating dummy",
                         LinkKind::Vlan { .. } => "creating vlan",
-                        LinkKind::Bond { .. } => "creating bond",
+                        LinkKind::Bond(_) => "creating bond",
                     };
                     return Err(NetlinkError::Link { action, name: name.to_string(), source });
                 }
@@ -361,5 +637,144 @@ mod tests {
         msg.header.flags = LinkFlags::Loopback;
         let lo = link_from_message(&msg);
         assert_eq!((lo.kind.as_str(), lo.up, lo.master), ("", false, None));
+    }
+
+    /// Through the wire bytes and back, as the kernel would get and answer it.
+    fn on_the_wire(msg: &LinkMessage) -> LinkMessage {
+        use rtnetlink::packet_core::{Emitable, Parseable};
+        let mut buf = vec![0; msg.buffer_len()];
+        msg.emit(&mut buf);
+        LinkMessage::parse(&buf).unwrap()
+    }
+
+    fn info(msg: &LinkMessage) -> Vec<LinkInfo> {
+        msg.attributes
+            .iter()
+            .find_map(|a| if let LinkAttribute::LinkInfo(i) = a { Some(i.clone()) } else { None })
+            .unwrap_or_default()
+    }
+
+    fn bond_kinds(bond: &BondSettings) -> Vec<u16> {
+        use rtnetlink::packet_core::Nla;
+        bond_attributes(bond).iter().map(|a| a.kind()).collect()
+    }
+
+    #[test]
+    fn bond_options_go_only_where_their_mode_takes_them() {
+        // IFLA_BOND_* numbers.
+        const MODE: u16 = 1;
+        const MIIMON: u16 = 3;
+        const UPDELAY: u16 = 4;
+        const ARP_INTERVAL: u16 = 7;
+        const ARP_VALIDATE: u16 = 9;
+        const PRIMARY: u16 = 11;
+        const PACKETS_PER_SLAVE: u16 = 20;
+        const AD_LACP_RATE: u16 = 21;
+        const AD_ACTOR_SYS_PRIO: u16 = 24;
+        const TLB_DYNAMIC_LB: u16 = 27;
+        const AD_LACP_ACTIVE: u16 = 29;
+        const MISSED_MAX: u16 = 30;
+        let lacp = BondSettings {
+            mode: bond_mode::IEEE_802_3AD,
+            ad_lacp_active: Some(0),
+            primary: Some(3),
+            ..Default::default()
+        };
+        let k = bond_kinds(&lacp);
+        assert_eq!(k[0], MODE);
+        for present in [AD_LACP_RATE, AD_ACTOR_SYS_PRIO, AD_LACP_ACTIVE, MIIMON] {
+            assert!(k.contains(&present), "802.3ad sends {present}");
+        }
+        for absent in [ARP_VALIDATE, ARP_INTERVAL, PRIMARY, PACKETS_PER_SLAVE, TLB_DYNAMIC_LB, UPDELAY, MISSED_MAX] {
+            assert!(!k.contains(&absent), "802.3ad does not send {absent}");
+        }
+        let backup = BondSettings {
+            mode: bond_mode::ACTIVE_BACKUP,
+            primary: Some(3),
+            miimon: 100,
+            missed_max: 2,
+            ..Default::default()
+        };
+        let k = bond_kinds(&backup);
+        for present in [PRIMARY, ARP_VALIDATE, ARP_INTERVAL, UPDELAY, MISSED_MAX] {
+            assert!(k.contains(&present), "active-backup sends {present}");
+        }
+        assert!(!k.contains(&AD_LACP_RATE) && !k.contains(&PACKETS_PER_SLAVE));
+        assert!(!bond_kinds(&BondSettings { primary: None, ..backup }).contains(&PRIMARY), "no primary: kernel's kept");
+        assert!(
+            bond_kinds(&BondSettings { mode: bond_mode::BALANCE_RR, ..Default::default() })
+                .contains(&PACKETS_PER_SLAVE)
+        );
+        let tlb = bond_kinds(&BondSettings { mode: bond_mode::BALANCE_TLB, ..Default::default() });
+        assert!(tlb.contains(&TLB_DYNAMIC_LB) && !tlb.contains(&ARP_VALIDATE));
+    }
+
+    #[test]
+    fn a_bond_survives_the_wire() {
+        let bond = BondSettings {
+            mode: bond_mode::ACTIVE_BACKUP,
+            xmit_hash_policy: 1,
+            arp_validate: 3,
+            arp_all_targets: 1,
+            primary: Some(4),
+            primary_reselect: 2,
+            fail_over_mac: 1,
+            ad_select: 0,
+            miimon: 100,
+            updelay: 200,
+            downdelay: 300,
+            arp_interval: 0,
+            arp_ip_targets: vec!["10.0.0.1".parse().unwrap()],
+            ns_ip6_targets: vec!["fd00::1".parse().unwrap()],
+            resend_igmp: 1,
+            min_links: 1,
+            lp_interval: 1,
+            num_peer_notif: 1,
+            all_slaves_active: 1,
+            use_carrier: true,
+            peer_notify_delay: 100,
+            missed_max: 2,
+            ..Default::default()
+        };
+        let msg = on_the_wire(&create_message("bond0", &LinkKind::Bond(bond.clone()), None));
+        assert_eq!(info(&msg)[0], LinkInfo::Kind(InfoKind::Bond));
+        let link = link_from_message(&msg);
+        assert_eq!((link.name.as_str(), link.kind.as_str()), ("bond0", "bond"));
+        assert_eq!(link.data, LinkData::Bond(bond));
+    }
+
+    #[test]
+    fn vlan_and_bridge_messages_carry_their_settings() {
+        let kind = LinkKind::Vlan { parent: "eth0".into(), id: 100, protocol: VlanProtocol::Ieee8021Ad };
+        let msg = on_the_wire(&create_message("eth0.100", &kind, Some(2)));
+        assert!(msg.attributes.contains(&LinkAttribute::Link(2)), "the parent's index: {msg:?}");
+        let link = link_from_message(&msg);
+        assert_eq!(link.kind, "vlan");
+        assert_eq!(link.data, LinkData::Vlan(VlanInfo { id: 100, protocol: VlanProtocol::Ieee8021Ad }));
+        assert_eq!(VlanProtocol::from_ethertype(0x8100).ethertype(), 0x8100);
+
+        let stp = BridgeSettings { stp: true, vlan_filtering: Some(true) };
+        let msg = on_the_wire(&create_message("br0", &LinkKind::Bridge(stp), None));
+        assert_eq!(link_from_message(&msg).data, LinkData::Bridge(stp));
+        let off = BridgeSettings { stp: false, vlan_filtering: Some(false) };
+        let change = on_the_wire(&settings_message("br0", &LinkData::Bridge(off)));
+        assert_eq!(
+            info(&change),
+            vec![
+                LinkInfo::Kind(InfoKind::Bridge),
+                LinkInfo::Data(InfoData::Bridge(vec![
+                    nl::InfoBridge::StpState(nl::BridgeStpState::Disabled),
+                    nl::InfoBridge::VlanFiltering(false)
+                ]))
+            ]
+        );
+        assert!(info(&settings_message("x", &LinkData::None)).is_empty(), "nothing to set: no link info");
+        let unsaid = on_the_wire(&create_message("br1", &LinkKind::Bridge(BridgeSettings::default()), None));
+        assert_eq!(
+            info(&unsaid)[1],
+            LinkInfo::Data(InfoData::Bridge(vec![nl::InfoBridge::StpState(nl::BridgeStpState::Disabled)])),
+            "vlan filtering not said: not sent"
+        );
+        assert_eq!(info(&create_message("d0", &LinkKind::Dummy, None)), vec![LinkInfo::Kind(InfoKind::Dummy)]);
     }
 }

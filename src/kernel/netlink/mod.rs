@@ -17,8 +17,11 @@ mod route;
 mod types;
 
 pub use events::{Batch, Groups, NetlinkEvents, Subscription};
-pub use link::{BondMode, Link, LinkKind, OperState, VlanProtocol};
-pub use route::{Route, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, protocol};
+pub use link::{
+    BondSettings, BridgeSettings, Link, LinkData, LinkKind, OperState, VlanInfo, VlanProtocol, bond_attributes,
+    bond_from_attributes, bond_mode, bridge_attributes, create_message, settings_message,
+};
+pub use route::{NextHop, Route, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, protocol};
 pub use types::{Family, IpPrefix, PrefixError, Scope};
 
 pub use address::{Address, flags as address_flags};

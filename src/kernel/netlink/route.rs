@@ -6,7 +6,8 @@ use std::net::IpAddr;
 use futures::TryStreamExt;
 use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::route::{
-    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteScope, RouteType, RouteVia,
+    RouteAddress, RouteAttribute, RouteFlags, RouteHeader, RouteMessage, RouteMetric, RouteNextHop, RouteScope,
+    RouteType, RouteVia,
 };
 use rustix::io::Errno;
 
@@ -56,6 +57,19 @@ pub struct Route {
     pub onlink: bool,
     /// `RTAX_MTU`; 0 for none.
     pub mtu: u32,
+    /// `RTA_MULTIPATH`: the next hops of a multipath route (then `gateway` and `out_link`
+    /// are none).
+    pub next_hops: Vec<NextHop>,
+}
+
+/// One next hop of a multipath route.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NextHop {
+    pub gateway: Option<IpAddr>,
+    /// The output link's index; 0 for none.
+    pub out_link: u32,
+    /// 1 to 256 (the kernel keeps weight − 1 in a byte).
+    pub weight: u32,
 }
 
 impl Route {
@@ -73,6 +87,7 @@ impl Route {
             kind: RTN_UNICAST,
             onlink: false,
             mtu: 0,
+            next_hops: Vec::new(),
         }
     }
 
@@ -105,6 +120,13 @@ impl fmt::Display for Route {
         if self.onlink {
             f.write_str(" onlink")?;
         }
+        for hop in &self.next_hops {
+            f.write_str(" nexthop")?;
+            if let Some(gw) = hop.gateway {
+                write!(f, " via {gw}")?;
+            }
+            write!(f, " dev {} weight {}", hop.out_link, hop.weight)?;
+        }
         Ok(())
     }
 }
@@ -136,6 +158,7 @@ pub(crate) fn route_from_message(msg: &RouteMessage) -> Option<Route> {
         kind: u8::from(h.kind),
         onlink: h.flags.contains(RouteFlags::Onlink),
         mtu: 0,
+        next_hops: Vec::new(),
     };
     for attr in &msg.attributes {
         match attr {
@@ -149,6 +172,7 @@ pub(crate) fn route_from_message(msg: &RouteMessage) -> Option<Route> {
             RouteAttribute::Oif(i) => route.out_link = Some(*i),
             RouteAttribute::Table(t) => route.table = *t,
             RouteAttribute::Priority(p) => route.priority = *p,
+            RouteAttribute::MultiPath(hops) => route.next_hops = hops.iter().map(next_hop_from).collect(),
             RouteAttribute::Metrics(metrics) => {
                 for m in metrics {
                     if let RouteMetric::Mtu(mtu) = m {
@@ -160,6 +184,32 @@ pub(crate) fn route_from_message(msg: &RouteMessage) -> Option<Route> {
         }
     }
     Some(route)
+}
+
+fn next_hop_from(hop: &RouteNextHop) -> NextHop {
+    let mut gateway = None;
+    for attr in &hop.attributes {
+        match attr {
+            RouteAttribute::Gateway(a) => gateway = ip_of(a),
+            RouteAttribute::Via(RouteVia::Inet(a)) => gateway = Some(IpAddr::V4(*a)),
+            RouteAttribute::Via(RouteVia::Inet6(a)) => gateway = Some(IpAddr::V6(*a)),
+            _ => {}
+        }
+    }
+    NextHop { gateway, out_link: hop.interface_index, weight: u32::from(hop.hops) + 1 }
+}
+
+/// A gateway attribute for a route of `family`: a gateway of the other family (IPv4 routed
+/// via an IPv6 neighbour) goes in RTA_VIA.
+fn gateway_attribute(family: Family, gw: IpAddr) -> RouteAttribute {
+    if Family::of(&gw) == family {
+        RouteAttribute::Gateway(RouteAddress::from(gw))
+    } else {
+        RouteAttribute::Via(match gw {
+            IpAddr::V4(a) => RouteVia::Inet(a),
+            IpAddr::V6(a) => RouteVia::Inet6(a),
+        })
+    }
 }
 
 /// The message that installs `route`.
@@ -199,15 +249,23 @@ fn match_message(route: &Route) -> RouteMessage {
         msg.attributes.push(RouteAttribute::Destination(addr(route.destination.addr())));
     }
     if let Some(gw) = route.gateway {
-        // A gateway of the other family (IPv4 routed via an IPv6 neighbour) goes in RTA_VIA.
-        if Family::of(&gw) == route.family() {
-            msg.attributes.push(RouteAttribute::Gateway(addr(gw)));
-        } else {
-            msg.attributes.push(RouteAttribute::Via(match gw {
-                IpAddr::V4(a) => RouteVia::Inet(a),
-                IpAddr::V6(a) => RouteVia::Inet6(a),
-            }));
-        }
+        msg.attributes.push(gateway_attribute(route.family(), gw));
+    }
+    if !route.next_hops.is_empty() {
+        let hops = route
+            .next_hops
+            .iter()
+            .map(|hop| {
+                let mut next = RouteNextHop::default();
+                next.hops = u8::try_from(hop.weight.clamp(1, 256) - 1).unwrap_or(u8::MAX);
+                next.interface_index = hop.out_link;
+                if let Some(gw) = hop.gateway {
+                    next.attributes.push(gateway_attribute(route.family(), gw));
+                }
+                next
+            })
+            .collect();
+        msg.attributes.push(RouteAttribute::MultiPath(hops));
     }
     if let Some(src) = route.source {
         msg.attributes.push(RouteAttribute::PrefSource(addr(src)));
@@ -316,6 +374,24 @@ mod tests {
         assert_eq!(back, route);
         let v6 = Route { table: TABLE_MAIN, ..Route::new("fd00:1::/64".parse().unwrap()) };
         assert_eq!(route_from_message(&add_message(&v6)).unwrap(), v6);
+    }
+
+    #[test]
+    fn a_multipath_route_goes_to_the_kernel_and_back_unchanged() {
+        use rtnetlink::packet_core::{Emitable, Parseable};
+        let route = Route {
+            next_hops: vec![
+                NextHop { gateway: Some("10.5.0.1".parse().unwrap()), out_link: 3, weight: 1 },
+                NextHop { gateway: Some("fe80::1".parse().unwrap()), out_link: 4, weight: 256 },
+            ],
+            ..Route::new("10.9.0.0/16".parse().unwrap())
+        };
+        let msg = add_message(&route);
+        let mut buf = vec![0; msg.buffer_len()];
+        msg.emit(&mut buf);
+        let back = route_from_message(&RouteMessage::parse(&buf).unwrap()).unwrap();
+        assert_eq!(back, route, "through the wire bytes, an IPv6 next hop of an IPv4 route as RTA_VIA");
+        assert!(route.to_string().ends_with("nexthop via fe80::1 dev 4 weight 256"), "{route}");
     }
 
     #[test]
