@@ -80,6 +80,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(AddressSpecController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(LinkStatusController::new(NetworkTarget::Node))));
+    // OperatorMergeController is among the merge controllers above.
+    all.push((Scope::NodeOnly, Box::new(OperatorSpecController::new(NetworkTarget::Node))));
     all
 }
 

@@ -11,15 +11,17 @@ mod address_status;
 mod cmdline_config;
 mod link_status;
 mod merge;
+mod operator_spec;
 
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
 pub use link_status::LinkStatusController;
 pub use merge::{
-    AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
-    RouteMergeController, TimeServerMergeController, merge_controllers,
+    AddressMergeController, HostnameMergeController, LinkMergeController, OperatorMergeController,
+    ResolverMergeController, RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use operator_spec::{OperatorFactory, OperatorSpecController};
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;
