@@ -45,6 +45,14 @@ impl NetworkTarget {
         }
     }
 
+    /// The namespace handed in, if any (`None`: the caller's own).
+    pub fn namespace(&self) -> Option<&NetNs> {
+        match self {
+            NetworkTarget::Node => None,
+            NetworkTarget::Namespace(ns) => Some(ns),
+        }
+    }
+
     /// The multicast events of `groups` in the namespace.
     pub fn events(&self, groups: Groups) -> NetlinkEvents {
         match self {

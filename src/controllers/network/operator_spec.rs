@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cosi::{Backoff, Context, Controller, Input, Output, ReconcileError};
+use crate::network::dhcp4::Dhcp4Operator;
 use crate::network::operator::{Notifier, Operator, OperatorSpecs};
 use crate::resources::network::{
     AddressSpec, CONFIG_NAMESPACE, HostnameSpec, LinkSpec, LinkStatus, NAMESPACE, OperationalState,
@@ -63,10 +64,12 @@ impl OperatorSpecController {
     }
 }
 
-fn default_operator(_target: &NetworkTarget, spec: &OperatorSpec) -> Option<Arc<dyn Operator>> {
+fn default_operator(target: &NetworkTarget, spec: &OperatorSpec) -> Option<Arc<dyn Operator>> {
+    let netns = target.namespace().cloned();
     match spec.operator {
-        // The DHCP clients are not written yet.
-        OperatorKind::Dhcp4 | OperatorKind::Dhcp6 => None,
+        OperatorKind::Dhcp4 => Some(Arc::new(Dhcp4Operator::new(netns, &spec.link_name, spec.dhcp4.clone()))),
+        // The DHCPv6 client is not written yet.
+        OperatorKind::Dhcp6 => None,
         // A VIP needs an etcd election, which this build does not have.
         OperatorKind::Vip => None,
     }
