@@ -22,10 +22,11 @@ use talosbox::controllers::network::{
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::netns::NetNs;
 use talosbox::network::dhcp4::{Dhcp4Operator, Dhcp4Status};
+use talosbox::network::dhcp6::{Dhcp6Operator, Dhcp6Status};
 use talosbox::network::operator::Operator;
 use talosbox::resources::network::{
-    AddressSpec, AddressStatus, CONFIG_NAMESPACE, ConfigLayer, Dhcp4OperatorSpec, Family, LinkSpec, NAMESPACE,
-    Operator as OperatorKind, OperatorSpec, ResolverSpec, RouteSpec, TimeServerSpec, layered_id,
+    AddressSpec, AddressStatus, CONFIG_NAMESPACE, ConfigLayer, Dhcp4OperatorSpec, Dhcp6OperatorSpec, Family, LinkSpec,
+    NAMESPACE, Operator as OperatorKind, OperatorSpec, ResolverSpec, RouteSpec, TimeServerSpec, layered_id,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -150,20 +151,34 @@ impl Drop for Dnsmasq {
     }
 }
 
-/// The DHCPv4 operators a pipeline started, for the test to watch.
-type Started = Arc<Mutex<Vec<Arc<Dhcp4Operator>>>>;
+/// The operators a pipeline started, for the test to watch.
+#[derive(Default)]
+struct Started {
+    v4: Mutex<Vec<Arc<Dhcp4Operator>>>,
+    v6: Mutex<Vec<Arc<Dhcp6Operator>>>,
+}
 
-/// The pipeline in `client`, with the DHCPv4 operators it starts handed to the test.
-fn pipeline(client: &NetNs) -> (Vec<Box<dyn Controller>>, Started) {
+/// The pipeline in `client`, with the operators it starts handed to the test.
+fn pipeline(client: &NetNs) -> (Vec<Box<dyn Controller>>, Arc<Started>) {
     let target = NetworkTarget::Namespace(client.clone());
-    let started: Started = Arc::default();
+    let started: Arc<Started> = Arc::default();
     let made = Arc::clone(&started);
     let netns = client.clone();
-    let factory: OperatorFactory = Box::new(move |spec: &OperatorSpec| {
-        assert_eq!(spec.operator, OperatorKind::Dhcp4);
-        let operator = Arc::new(Dhcp4Operator::new(Some(netns.clone()), &spec.link_name, spec.dhcp4.clone()));
-        made.lock().unwrap().push(Arc::clone(&operator));
-        Some(operator as Arc<dyn Operator>)
+    let factory: OperatorFactory = Box::new(move |spec: &OperatorSpec| -> Option<Arc<dyn Operator>> {
+        let netns = Some(netns.clone());
+        match spec.operator {
+            OperatorKind::Dhcp4 => {
+                let operator = Arc::new(Dhcp4Operator::new(netns, &spec.link_name, spec.dhcp4.clone()));
+                made.v4.lock().unwrap().push(Arc::clone(&operator));
+                Some(operator)
+            }
+            OperatorKind::Dhcp6 => {
+                let operator = Arc::new(Dhcp6Operator::new(netns, &spec.link_name, spec.dhcp6.clone()));
+                made.v6.lock().unwrap().push(Arc::clone(&operator));
+                Some(operator)
+            }
+            OperatorKind::Vip => None,
+        }
     });
     let mut controllers: Vec<Box<dyn Controller>> = merge_controllers();
     controllers.push(Box::new(OperatorSpecController::with_factory(factory)));
@@ -256,7 +271,7 @@ async fn dhcp4_lease_reaches_the_kernel_renews_at_t1_and_is_released_on_stop() {
         .await;
 
     // Renewal at T1 (5 s): a second REQUEST/ACK, unicast, the same address kept.
-    let operator = Arc::clone(&started.lock().unwrap()[0]);
+    let operator = Arc::clone(&started.v4.lock().unwrap()[0]);
     let renewed = status_until(&operator, "a renewed lease", |s| s.acks >= 2).await;
     assert_eq!(renewed.address.map(IpAddr::V4), Some(address.addr()));
     dnsmasq.logged("DHCPACK(b)", 2).await;
@@ -274,4 +289,69 @@ async fn dhcp4_lease_reaches_the_kernel_renews_at_t1_and_is_released_on_stop() {
     h.assert_absent::<RouteSpec>(NAMESPACE, "inet4/10.9.0.1//1024").await;
     h.assert_absent::<AddressStatus>(NAMESPACE, &format!("a/{address}")).await;
     h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dhcp6_gets_an_ia_na_address_and_dns_and_releases_on_stop() {
+    let (client, server) = wire();
+    let dnsmasq = Dnsmasq::start(
+        &server,
+        &["--dhcp-range=fd00:9::100,fd00:9::1ff,64,2m", "--dhcp-option=option6:dns-server,[fd00:9::1]"],
+    );
+    let (controllers, started) = pipeline(&client);
+    let h = Harness::start(controllers).unwrap().with_timeout(WAIT);
+    let spec = OperatorSpec {
+        operator: OperatorKind::Dhcp6,
+        link_name: "a".into(),
+        require_up: true,
+        dhcp6: Dhcp6OperatorSpec { route_metric: 1024, ..Default::default() },
+        config_layer: ConfigLayer::Default,
+        ..Default::default()
+    };
+    h.seed(CONFIG_NAMESPACE, &layered_id(ConfigLayer::Default, "dhcp6/a"), spec).unwrap();
+
+    // The IA_NA address, a /128 from dnsmasq's range, on the link in the kernel. The client
+    // first waited for the link-local address to pass DAD: it had no source address before.
+    let in_range = |s: &AddressStatus| {
+        s.link_name == "a"
+            && s.address.bits() == 128
+            && matches!(s.address.addr(), IpAddr::V6(v6) if v6.segments()[..7] == [0xfd00, 9, 0, 0, 0, 0, 0]
+                && (0x100..=0x1ff).contains(&v6.segments()[7]))
+    };
+    let statuses = h
+        .assert_list::<AddressStatus, _>(NAMESPACE, "the IA_NA address on a", |l| l.iter().any(|s| in_range(s.spec())))
+        .await;
+    let address = statuses.iter().find(|s| in_range(s.spec())).unwrap().spec().address;
+    dnsmasq.logged("DHCPREPLY(b)", 1).await;
+    let log = dnsmasq.log.borrow().clone();
+    for exchange in ["DHCPSOLICIT(b)", "DHCPADVERTISE(b)", "DHCPREQUEST(b)"] {
+        assert!(Dnsmasq::count(&log, exchange) >= 1, "no {exchange} in dnsmasq's log:\n{}", log.join("\n"));
+    }
+    let merged = h.state().find::<AddressSpec>(NAMESPACE, &format!("a/{address}")).unwrap().expect("merged address");
+    assert_eq!((merged.spec().config_layer, merged.spec().family), (ConfigLayer::Operator, Family::INET6));
+    h.assert_eventually::<ResolverSpec, _>(NAMESPACE, ResolverSpec::ID, "dnsmasq's IPv6 DNS", |r| {
+        r.is_some_and(|r| r.spec().dns_servers.contains(&"fd00:9::1".parse().unwrap()))
+    })
+    .await;
+    let operator = Arc::clone(&started.v6.lock().unwrap()[0]);
+    let status = status6_until(&operator, "bound", |s| s.state == "bound").await;
+    assert_eq!(status.address.map(IpAddr::V6), Some(address.addr()));
+
+    // Stopping releases the address with the server and takes it off the link.
+    h.unseed::<OperatorSpec>(CONFIG_NAMESPACE, &layered_id(ConfigLayer::Default, "dhcp6/a")).unwrap();
+    dnsmasq.logged("DHCPRELEASE(b)", 1).await;
+    status6_until(&operator, "stopped", |s| s.state == "stopped" && s.releases == 1).await;
+    h.assert_absent::<AddressStatus>(NAMESPACE, &format!("a/{address}")).await;
+    h.stop().await;
+}
+
+async fn status6_until(operator: &Dhcp6Operator, what: &str, pred: impl FnMut(&Dhcp6Status) -> bool) -> Dhcp6Status {
+    let mut rx = operator.status();
+    let got = match tokio::time::timeout(WAIT, rx.wait_for(pred)).await {
+        Ok(Ok(s)) => Some(s.clone()),
+        _ => None,
+    };
+    got.unwrap_or_else(|| {
+        panic!("the DHCPv6 client did not get to {what} within {WAIT:?}; it is at {:?}", *operator.status().borrow())
+    })
 }

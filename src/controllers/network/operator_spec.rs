@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cosi::{Backoff, Context, Controller, Input, Output, ReconcileError};
 use crate::network::dhcp4::Dhcp4Operator;
+use crate::network::dhcp6::Dhcp6Operator;
 use crate::network::operator::{Notifier, Operator, OperatorSpecs};
 use crate::resources::network::{
     AddressSpec, CONFIG_NAMESPACE, HostnameSpec, LinkSpec, LinkStatus, NAMESPACE, OperationalState,
@@ -68,8 +69,7 @@ fn default_operator(target: &NetworkTarget, spec: &OperatorSpec) -> Option<Arc<d
     let netns = target.namespace().cloned();
     match spec.operator {
         OperatorKind::Dhcp4 => Some(Arc::new(Dhcp4Operator::new(netns, &spec.link_name, spec.dhcp4.clone()))),
-        // The DHCPv6 client is not written yet.
-        OperatorKind::Dhcp6 => None,
+        OperatorKind::Dhcp6 => Some(Arc::new(Dhcp6Operator::new(netns, &spec.link_name, spec.dhcp6.clone()))),
         // A VIP needs an etcd election, which this build does not have.
         OperatorKind::Vip => None,
     }
