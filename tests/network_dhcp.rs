@@ -72,6 +72,8 @@ fn wire() -> (NetNs, NetNs) {
 struct Dnsmasq {
     child: Child,
     log: watch::Receiver<Vec<String>>,
+    server: NetNs,
+    args: Vec<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -105,10 +107,27 @@ impl Dnsmasq {
         .collect();
         args.push(format!("--dhcp-leasefile={}", leases.display()));
         args.extend(extra.iter().map(|s| s.to_string()));
+        let (child, log) = Self::spawn(server, &args);
+        Dnsmasq { child, log, server: server.clone(), args, _dir: dir }
+    }
+
+    /// Stops it (its lease file stays).
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts it again with the same arguments and lease file, and a fresh log.
+    fn restart(&mut self) {
+        self.stop();
+        (self.child, self.log) = Self::spawn(&self.server, &self.args);
+    }
+
+    fn spawn(server: &NetNs, args: &[String]) -> (Child, watch::Receiver<Vec<String>>) {
         let mut child = server
             .run(|| {
                 Command::new("/usr/sbin/dnsmasq")
-                    .args(&args)
+                    .args(args)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
@@ -123,7 +142,7 @@ impl Dnsmasq {
                 tx.send_modify(|l| l.push(line));
             }
         });
-        Dnsmasq { child, log, _dir: dir }
+        (child, log)
     }
 
     fn count(lines: &[String], what: &str) -> usize {
@@ -146,8 +165,7 @@ impl Dnsmasq {
 
 impl Drop for Dnsmasq {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 
@@ -354,4 +372,42 @@ async fn status6_until(operator: &Dhcp6Operator, what: &str, pred: impl FnMut(&D
     got.unwrap_or_else(|| {
         panic!("the DHCPv6 client did not get to {what} within {WAIT:?}; it is at {:?}", *operator.status().borrow())
     })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dhcp4_rebinds_at_t2_when_its_server_is_gone() {
+    let (client, server) = wire();
+    let mut dnsmasq = Dnsmasq::start(
+        &server,
+        &[
+            "--dhcp-range=10.9.0.50,10.9.0.99,255.255.255.0,2m",
+            "--dhcp-option=option:router,10.9.0.1",
+            "--dhcp-option=option:T1,2",
+            "--dhcp-option=option:T2,4",
+        ],
+    );
+    let (controllers, started) = pipeline(&client);
+    let h = Harness::start(controllers).unwrap().with_timeout(WAIT);
+    h.seed(CONFIG_NAMESPACE, &layered_id(ConfigLayer::Default, "dhcp4/a"), dhcp4("a")).unwrap();
+    // A lease: its address is merged into `network`.
+    h.assert_list::<AddressSpec, _>(NAMESPACE, "the leased address", |l| l.iter().any(|a| a.spec().link_name == "a"))
+        .await;
+    let operator = Arc::clone(&started.v4.lock().unwrap()[0]);
+    let first = status_until(&operator, "a first lease", |s| s.acks == 1).await;
+    let leased = first.address.unwrap();
+
+    // The server goes away: the unicast renewal at T1 gets no answer. A server is back
+    // before T2, but the client asks it only at T2, by broadcast, and is bound again.
+    dnsmasq.stop();
+    status_until(&operator, "renewing", |s| s.state == "renewing").await;
+    assert_eq!(operator.status().borrow().acks, 1, "nobody answered the renewal");
+    dnsmasq.restart();
+    let rebound = status_until(&operator, "bound again after rebinding", |s| s.acks == 2).await;
+    assert_eq!((rebound.rebinds, rebound.address), (1, Some(leased)), "rebound, the same address kept");
+    dnsmasq.logged("DHCPACK(b)", 1).await;
+    let log = dnsmasq.log.borrow().clone();
+    assert_eq!(Dnsmasq::count(&log, "DHCPDISCOVER(b)"), 0, "no new discovery:\n{}", log.join("\n"));
+    // The lease never lapsed: its address stayed wanted throughout.
+    assert!(h.state().find::<AddressSpec>(NAMESPACE, &format!("a/{leased}/24")).unwrap().is_some());
+    h.stop().await;
 }

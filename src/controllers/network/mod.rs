@@ -1,6 +1,8 @@
 //! The networking controllers: config sources writing layered candidates into
 //! `network-config`, the merge into `network`, the Spec controllers that push the merged
-//! specs to the kernel and the Status controllers that mirror the kernel back.
+//! specs to the kernel and the Status controllers that mirror the kernel back; and the
+//! operators (DHCPv4, DHCPv6), run by OperatorSpecController, whose leases re-enter
+//! `network-config` at the operator layer.
 //!
 //! Only the Spec and Status controllers reach the kernel, and only through rtnetlink in the
 //! network namespace their [`NetworkTarget`] names: the node's own on a node, a fresh one in

@@ -318,6 +318,17 @@ mod tests {
     }
 
     #[test]
+    fn the_default_factory_runs_dhcp_and_no_vip() {
+        let target = NetworkTarget::Node;
+        let made = |kind| {
+            default_operator(&target, &OperatorSpec { operator: kind, ..op("eth0", ConfigLayer::Default, 0, true) })
+        };
+        assert_eq!(made(OperatorKind::Dhcp4).map(|o| o.prefix()).as_deref(), Some("dhcp4/eth0"));
+        assert_eq!(made(OperatorKind::Dhcp6).map(|o| o.prefix()).as_deref(), Some("dhcp6/eth0"));
+        assert!(made(OperatorKind::Vip).is_none(), "a VIP needs an etcd election");
+    }
+
+    #[test]
     fn should_run_table() {
         let links: HashMap<String, bool> = [("up".to_string(), true), ("down".to_string(), false)].into();
         let specs = vec![

@@ -29,6 +29,9 @@ use crate::resources::network::{ClientIdentifier, ClientIdentifierSpec, Dhcp4Ope
 use machine::{Action, ClientConfig, Destination, Event, State};
 use packet::{CLIENT_PORT, Message, SERVER_PORT};
 
+/// Receive errors in a row after which the socket is given up and opened anew.
+const MAX_RECEIVE_ERRORS: u32 = 16;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Dhcp4Error {
     #[error("DHCPv4 on {link}: {source}")]
@@ -49,11 +52,13 @@ pub enum Dhcp4Error {
 }
 
 /// Where a client stands, for logs and tests: its state, how many ACKs it has had (the
-/// first lease and every renewal), and the address it holds.
+/// first lease and every renewal), how often it fell back to rebinding, the address it
+/// holds and the releases it sent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Dhcp4Status {
     pub state: &'static str,
     pub acks: u64,
+    pub rebinds: u64,
     pub address: Option<Ipv4Addr>,
     pub releases: u64,
 }
@@ -123,6 +128,7 @@ impl Dhcp4Operator {
         let mut state = State::Init;
         let mut event = Event::Start;
         let mut deadline: Option<Instant> = None;
+        let mut receive_errors = 0u32;
         let mut buf = vec![0u8; 2048];
         loop {
             let previous = state.name();
@@ -168,7 +174,11 @@ impl Dhcp4Operator {
             if state.name() != previous {
                 tracing::debug!(link = %link, from = previous, to = state.name(), "DHCPv4 state");
             }
-            self.status.send_modify(|s| s.state = state.name());
+            let rebinding = matches!(state, State::Rebinding { .. }) && previous != state.name();
+            self.status.send_modify(|s| {
+                s.state = state.name();
+                s.rebinds += u64::from(rebinding);
+            });
             event = loop {
                 let timer = async {
                     match deadline {
@@ -183,8 +193,22 @@ impl Dhcp4Operator {
                         break Event::Timer;
                     }
                     received = socket.recv_from(&mut buf) => {
-                        let (n, from) = received
-                            .map_err(|source| Dhcp4Error::Socket { link: link.clone(), action: "receiving on", source })?;
+                        let (n, from) = match received {
+                            Ok(got) => {
+                                receive_errors = 0;
+                                got
+                            }
+                            // A transient error (an ICMP error queued on the socket) must not
+                            // drop a lease; one that persists ends the session.
+                            Err(source) if receive_errors < MAX_RECEIVE_ERRORS => {
+                                receive_errors += 1;
+                                tracing::debug!(link = %link, "receiving DHCPv4: {source}");
+                                continue;
+                            }
+                            Err(source) => {
+                                return Err(Dhcp4Error::Socket { link: link.clone(), action: "receiving on", source });
+                            }
+                        };
                         match Message::decode(&buf[..n]) {
                             Ok(m) if m.op == packet::BOOTREPLY => break Event::Received(Box::new(m)),
                             Ok(_) => {}

@@ -34,6 +34,9 @@ use packet::{ALL_SERVERS, CLIENT_PORT, Message, SERVER_PORT};
 /// How long to wait for the link-local address to pass DAD before trying anyway (Talos's).
 const LINK_LOCAL_WAIT: Duration = Duration::from_secs(30);
 
+/// Receive errors in a row after which the socket is given up and opened anew.
+const MAX_RECEIVE_ERRORS: u32 = 16;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Dhcp6Error {
     #[error("DHCPv6 on {link}: {source}")]
@@ -215,6 +218,7 @@ impl Dhcp6Operator {
         let mut state = State::Init;
         let mut event = Event::Start;
         let mut deadline: Option<Instant> = None;
+        let mut receive_errors = 0u32;
         let mut buf = vec![0u8; 4096];
         loop {
             let (next, actions) = machine::step(state, event, started.elapsed(), &config, random_u32());
@@ -262,8 +266,22 @@ impl Dhcp6Operator {
                         break Event::Timer;
                     }
                     received = socket.recv_from(&mut buf) => {
-                        let (n, from) = received
-                            .map_err(|source| Dhcp6Error::Socket { link: link.clone(), action: "receiving on", source })?;
+                        let (n, from) = match received {
+                            Ok(got) => {
+                                receive_errors = 0;
+                                got
+                            }
+                            // A transient error (an ICMP error queued on the socket) must not
+                            // drop a lease; one that persists ends the session.
+                            Err(source) if receive_errors < MAX_RECEIVE_ERRORS => {
+                                receive_errors += 1;
+                                tracing::debug!(link = %link, "receiving DHCPv6: {source}");
+                                continue;
+                            }
+                            Err(source) => {
+                                return Err(Dhcp6Error::Socket { link: link.clone(), action: "receiving on", source });
+                            }
+                        };
                         match Message::decode(&buf[..n]) {
                             Ok(m) => break Event::Received(Box::new(m)),
                             Err(e) => tracing::debug!(link = %link, from = %from, "ignoring a DHCPv6 packet: {e}"),
