@@ -25,8 +25,9 @@ use talosbox::network::dhcp4::{Dhcp4Operator, Dhcp4Status};
 use talosbox::network::dhcp6::{Dhcp6Operator, Dhcp6Status};
 use talosbox::network::operator::Operator;
 use talosbox::resources::network::{
-    AddressSpec, AddressStatus, CONFIG_NAMESPACE, ConfigLayer, Dhcp4OperatorSpec, Dhcp6OperatorSpec, Family, LinkSpec,
-    NAMESPACE, Operator as OperatorKind, OperatorSpec, ResolverSpec, RouteSpec, TimeServerSpec, layered_id,
+    AddressSpec, AddressStatus, CONFIG_NAMESPACE, ClientIdentifier, ConfigLayer, Dhcp4OperatorSpec, Dhcp6OperatorSpec,
+    Family, LinkSpec, NAMESPACE, Operator as OperatorKind, OperatorSpec, ResolverSpec, RouteSpec, TimeServerSpec,
+    layered_id,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -409,5 +410,55 @@ async fn dhcp4_rebinds_at_t2_when_its_server_is_gone() {
     assert_eq!(Dnsmasq::count(&log, "DHCPDISCOVER(b)"), 0, "no new discovery:\n{}", log.join("\n"));
     // The lease never lapsed: its address stayed wanted throughout.
     assert!(h.state().find::<AddressSpec>(NAMESPACE, &format!("a/{leased}/24")).unwrap().is_some());
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dhcp4_classless_routes_hostname_and_client_identifier() {
+    let (client, server) = wire();
+    ip(&client, &["link", "set", "dev", "a", "address", "02:00:00:00:09:01"]);
+    let dnsmasq = Dnsmasq::start(
+        &server,
+        &[
+            "--dhcp-range=10.9.0.50,10.9.0.99,255.255.255.0,2m",
+            "--dhcp-option=option:router,10.9.0.1",
+            // RFC 3442: the router option is to be ignored when these are present.
+            "--dhcp-option=option:classless-static-route,172.16.0.0/12,10.9.0.254,0.0.0.0/0,10.9.0.2",
+            "--dhcp-host=id:01:02:00:00:00:09:01,10.9.0.77,node1",
+            "--domain=talosbox.test",
+        ],
+    );
+    let (controllers, started) = pipeline(&client);
+    let h = Harness::start(controllers).unwrap().with_timeout(WAIT);
+    let mut spec = dhcp4("a");
+    spec.dhcp4.client_identifier.client_identifier = ClientIdentifier::MAC;
+    h.seed(CONFIG_NAMESPACE, &layered_id(ConfigLayer::Default, "dhcp4/a"), spec).unwrap();
+
+    // The host entry is keyed by the client identifier (01 and the MAC): its address and
+    // name come back only if the client sent it.
+    h.assert_eventually::<AddressStatus, _>(NAMESPACE, "a/10.9.0.77/24", "the reserved address", |r| r.is_some()).await;
+    let operator = Arc::clone(&started.v4.lock().unwrap()[0]);
+    status_until(&operator, "bound", |s| s.acks >= 1).await;
+    let leases = std::fs::read_to_string(dnsmasq._dir.path().join("leases")).unwrap();
+    assert!(leases.contains("10.9.0.77 node1 01:02:00:00:00:09:01"), "dnsmasq's leases: {leases}");
+
+    for (id, gateway) in [("inet4/10.9.0.254/172.16.0.0/12/1024", "10.9.0.254"), ("inet4/10.9.0.2//1024", "10.9.0.2")] {
+        let route = h.assert_eventually::<RouteSpec, _>(NAMESPACE, id, "a classless route", |r| r.is_some()).await;
+        assert_eq!(route.unwrap().spec().gateway, Some(gateway.parse().unwrap()));
+    }
+    let routes = h.state().list::<RouteSpec>(NAMESPACE);
+    assert!(
+        routes.iter().all(|r| r.spec().gateway != Some("10.9.0.1".parse().unwrap())),
+        "the router option is ignored: {:?}",
+        routes.iter().map(|r| r.id().to_string()).collect::<Vec<_>>()
+    );
+    let hostname = h
+        .assert_eventually::<talosbox::resources::network::HostnameSpec, _>(NAMESPACE, "hostname", "the name", |r| {
+            r.is_some()
+        })
+        .await
+        .unwrap();
+    assert_eq!((hostname.spec().hostname.as_str(), hostname.spec().domainname.as_str()), ("node1", "talosbox.test"));
+    assert_eq!(hostname.spec().config_layer, ConfigLayer::Operator);
     h.stop().await;
 }
