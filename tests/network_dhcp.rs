@@ -383,8 +383,8 @@ async fn dhcp4_rebinds_at_t2_when_its_server_is_gone() {
         &[
             "--dhcp-range=10.9.0.50,10.9.0.99,255.255.255.0,2m",
             "--dhcp-option=option:router,10.9.0.1",
-            "--dhcp-option=option:T1,2",
-            "--dhcp-option=option:T2,4",
+            "--dhcp-option=option:T1,5",
+            "--dhcp-option=option:T2,8",
         ],
     );
     let (controllers, started) = pipeline(&client);

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cosi::{Backoff, Context, Controller, Input, Output, ReconcileError};
 use crate::network::dhcp4::Dhcp4Operator;
 use crate::network::dhcp6::Dhcp6Operator;
-use crate::network::operator::{Notifier, Operator, OperatorSpecs};
+use crate::network::operator::{Notifier, Operator};
 use crate::resources::network::{
     AddressSpec, CONFIG_NAMESPACE, HostnameSpec, LinkSpec, LinkStatus, NAMESPACE, OperationalState,
     Operator as OperatorKind, OperatorSpec, ResolverSpec, RouteSpec, TimeServerSpec, address_id, link_id,
@@ -177,19 +177,6 @@ pub(crate) fn plan(running: &BTreeMap<String, OperatorSpec>, wanted: &BTreeMap<S
     plan
 }
 
-/// The candidate ids and specs an operator's offer becomes in `network-config`:
-/// `<prefix>/<the spec's own id>`, as Talos's OperatorSpecController writes them.
-pub(crate) fn candidate_ids(prefix: &str, specs: &OperatorSpecs) -> Vec<String> {
-    let mut ids = Vec::new();
-    ids.extend(specs.addresses.iter().map(|a| format!("{prefix}/{}", address_id(&a.link_name, &a.address))));
-    ids.extend(specs.routes.iter().map(|r| format!("{prefix}/{}", r.id())));
-    ids.extend(specs.links.iter().map(|l| format!("{prefix}/{}", link_id(&l.name))));
-    ids.extend(specs.hostnames.iter().map(|_| format!("{prefix}/{}", HostnameSpec::ID)));
-    ids.extend(specs.resolvers.iter().map(|_| format!("{prefix}/{}", ResolverSpec::ID)));
-    ids.extend(specs.time_servers.iter().map(|_| format!("{prefix}/{}", TimeServerSpec::ID)));
-    ids
-}
-
 impl OperatorSpecController {
     async fn reconcile_operators(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let links: HashMap<String, bool> = ctx
@@ -237,31 +224,32 @@ impl OperatorSpecController {
         Ok(())
     }
 
+    /// Writes every running operator's offer into `network-config`, each spec under
+    /// `<prefix>/<its own id>` as Talos's OperatorSpecController names them, and removes
+    /// what no operator offers any more.
     fn write_outputs(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         ctx.start_tracking_outputs();
         for run in self.operators.values() {
             let prefix = run.operator.prefix();
+            let id = |own: &str| format!("{prefix}/{own}");
             let specs = run.operator.specs();
-            let ids = candidate_ids(&prefix, &specs);
-            let mut ids = ids.iter();
-            let mut next = || ids.next().cloned().unwrap_or_default();
             for spec in specs.addresses {
-                ctx.apply::<AddressSpec>(CONFIG_NAMESPACE, &next(), spec)?;
+                ctx.apply(CONFIG_NAMESPACE, &id(&address_id(&spec.link_name, &spec.address)), spec)?;
             }
             for spec in specs.routes {
-                ctx.apply::<RouteSpec>(CONFIG_NAMESPACE, &next(), spec)?;
+                ctx.apply(CONFIG_NAMESPACE, &id(&spec.id()), spec)?;
             }
             for spec in specs.links {
-                ctx.apply::<LinkSpec>(CONFIG_NAMESPACE, &next(), spec)?;
+                ctx.apply(CONFIG_NAMESPACE, &id(&link_id(&spec.name)), spec)?;
             }
             for spec in specs.hostnames {
-                ctx.apply::<HostnameSpec>(CONFIG_NAMESPACE, &next(), spec)?;
+                ctx.apply(CONFIG_NAMESPACE, &id(HostnameSpec::ID), spec)?;
             }
             for spec in specs.resolvers {
-                ctx.apply::<ResolverSpec>(CONFIG_NAMESPACE, &next(), spec)?;
+                ctx.apply(CONFIG_NAMESPACE, &id(ResolverSpec::ID), spec)?;
             }
             for spec in specs.time_servers {
-                ctx.apply::<TimeServerSpec>(CONFIG_NAMESPACE, &next(), spec)?;
+                ctx.apply(CONFIG_NAMESPACE, &id(TimeServerSpec::ID), spec)?;
             }
         }
         ctx.cleanup_outputs()?;
@@ -302,6 +290,7 @@ impl Controller for OperatorSpecController {
 mod tests {
     use super::*;
     use crate::cosi::Harness;
+    use crate::network::operator::OperatorSpecs;
     use crate::resources::network::{ConfigLayer, Dhcp4OperatorSpec, IpPrefix};
     use std::sync::Mutex;
     use tokio::sync::watch;

@@ -19,6 +19,9 @@ const RETRANSMIT: Duration = Duration::from_secs(4);
 const RETRANSMIT_MAX: Duration = Duration::from_secs(64);
 /// REQUESTs sent for one OFFER before discovery starts over.
 const REQUEST_ATTEMPTS: u32 = 4;
+/// The earliest a lease is renewed (Talos's minRenewDuration): a server saying T1 = 0 must
+/// not have the client renew in a tight loop.
+const MIN_RENEW: Duration = Duration::from_secs(5);
 /// The shortest wait between retransmissions while renewing or rebinding (RFC 2131 says
 /// 60 s; short test leases need less).
 const RENEW_RETRANSMIT_MIN: Duration = Duration::from_secs(4);
@@ -93,7 +96,7 @@ impl Lease {
         let mut t2 = ack.rebinding_time().map_or(lease_time * 7 / 8, |s| Duration::from_secs(s.into()));
         t2 = t2.min(lease_time);
         let mut t1 = ack.renewal_time().map_or(lease_time / 2, |s| Duration::from_secs(s.into()));
-        t1 = t1.min(t2);
+        t1 = t1.max(MIN_RENEW).min(t2);
         Some(Lease { address: ack.yiaddr, prefix_len, server, acquired: now, lease_time, t1, t2, ack })
     }
 
@@ -398,6 +401,9 @@ mod tests {
         ack.options.set(code::RENEWAL_TIME, 900u32.to_be_bytes().to_vec());
         let l = Lease::from_ack(ack.clone(), Duration::ZERO, Some(SERVER)).unwrap();
         assert_eq!(l.t1, l.t2, "T1 past T2 is clamped");
+        ack.options.set(code::RENEWAL_TIME, 0u32.to_be_bytes().to_vec());
+        let l = Lease::from_ack(ack.clone(), Duration::ZERO, Some(SERVER)).unwrap();
+        assert_eq!(l.t1, 5 * S, "no renewing in a tight loop");
         assert!(Lease::from_ack(ack.clone(), Duration::ZERO, None).is_none(), "no server id known");
         ack.yiaddr = Ipv4Addr::UNSPECIFIED;
         assert!(Lease::from_ack(ack, Duration::ZERO, Some(SERVER)).is_none(), "no address");

@@ -17,6 +17,8 @@ const RETRANSMIT_MAX: Duration = Duration::from_secs(32);
 /// REQUESTs sent for one ADVERTISE before soliciting starts over (REQ_MAX_RC).
 const REQUEST_ATTEMPTS: u32 = 10;
 const RENEW_RETRANSMIT_MIN: Duration = Duration::from_secs(2);
+/// The earliest an address is renewed (Talos's minRenewDuration).
+const MIN_RENEW: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -73,7 +75,7 @@ impl Lease {
         // RFC 8415 §21.4: T1 and T2 of 0 leave them to the client (0.5 and 0.8 of the
         // preferred lifetime); they never pass the valid lifetime.
         let t2 = if ia.t2 == 0 { preferred * 4 / 5 } else { secs(ia.t2) }.min(valid);
-        let t1 = if ia.t1 == 0 { preferred / 2 } else { secs(ia.t1) }.min(t2);
+        let t1 = if ia.t1 == 0 { preferred / 2 } else { secs(ia.t1) }.max(MIN_RENEW).min(t2);
         Some(Lease { address: address.address, server_id, acquired: now, t1, t2, valid, reply })
     }
 
