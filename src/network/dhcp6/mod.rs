@@ -129,6 +129,16 @@ pub fn client_duid(spec: &ClientIdentifierSpec, hardware_addr: &[u8], link: &str
     duid
 }
 
+/// Whether link `index` has a link-local address out of DAD. One whose DAD failed counts,
+/// as in Talos (it warns and carries on): it is no longer tentative.
+pub fn link_local_ready(addresses: &[netlink::Address], index: u32) -> bool {
+    addresses.iter().any(|a| {
+        a.link_index == index
+            && matches!(a.prefix.addr(), IpAddr::V6(ip) if ip.is_unicast_link_local())
+            && a.flags & address_flags::TENTATIVE == 0
+    })
+}
+
 impl Dhcp6Operator {
     /// A client for `link_name` in `netns` (`None`: the caller's namespace).
     pub fn new(netns: Option<NetNs>, link_name: &str, spec: Dhcp6OperatorSpec) -> Self {
@@ -165,12 +175,7 @@ impl Dhcp6Operator {
         let deadline = Instant::now() + LINK_LOCAL_WAIT;
         loop {
             let addresses = netlink.addresses(Some(netlink::Family::Inet6)).await.map_err(self.netlink_error())?;
-            let ready = addresses.iter().any(|a| {
-                a.link_index == index
-                    && matches!(a.prefix.addr(), IpAddr::V6(ip) if ip.is_unicast_link_local())
-                    && a.flags & address_flags::TENTATIVE == 0
-            });
-            if ready {
+            if link_local_ready(&addresses, index) {
                 return Ok(());
             }
             tokio::select! {
@@ -328,6 +333,21 @@ impl Operator for Dhcp6Operator {
 mod tests {
     use super::packet::{IaAddress, IaNa, code, encode_name, kind};
     use super::*;
+
+    #[test]
+    fn link_local_readiness() {
+        let address = |index, prefix: &str, flags| netlink::Address {
+            flags,
+            ..netlink::Address::new(index, prefix.parse().unwrap())
+        };
+        let tentative = address_flags::TENTATIVE;
+        assert!(!link_local_ready(&[], 2), "none yet");
+        assert!(!link_local_ready(&[address(2, "fe80::1/64", tentative)], 2), "still in DAD");
+        assert!(!link_local_ready(&[address(2, "fd00::1/64", 0)], 2), "not link-local");
+        assert!(!link_local_ready(&[address(3, "fe80::1/64", 0)], 2), "another link's");
+        assert!(link_local_ready(&[address(2, "fe80::1/64", address_flags::PERMANENT)], 2));
+        assert!(link_local_ready(&[address(2, "fe80::1/64", address_flags::DADFAILED)], 2), "DAD failed: carry on");
+    }
 
     #[test]
     fn duids_as_talos_picks_them() {
