@@ -184,7 +184,13 @@ impl Dhcp6Operator {
                     tracing::warn!(link = %self.link_name, "no usable link-local address after {LINK_LOCAL_WAIT:?}; trying anyway");
                     return Ok(());
                 }
-                _ = subscription.next_batch() => {}
+                batch = subscription.next_batch() => {
+                    if let Err(e) = batch {
+                        // Without events, look again at Talos's pace rather than spin.
+                        tracing::debug!(link = %self.link_name, "address events: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
             }
         }
     }
