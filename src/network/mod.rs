@@ -5,3 +5,4 @@
 //! and the kernel side lives in `crate::kernel`.
 
 pub mod cmdline;
+pub mod config;
