@@ -6,20 +6,35 @@
 //! network namespace their [`NetworkTarget`] names: the node's own on a node, a fresh one in
 //! a test. None of them may run in `--mode container`, where the namespace is the host's.
 
+mod address_config;
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod config_inputs;
+mod hostname_config;
+mod link_config;
 mod link_status;
 mod merge;
+mod operator_config;
+mod resolver_config;
+mod route_config;
+mod timeserver_config;
 
+pub use address_config::AddressConfigController;
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use hostname_config::HostnameConfigController;
+pub use link_config::LinkConfigController;
 pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use operator_config::OperatorConfigController;
+pub use resolver_config::ResolverConfigController;
+pub use route_config::RouteConfigController;
+pub use timeserver_config::TimeServerConfigController;
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;
