@@ -111,3 +111,43 @@ async fn dhcp_true_keeps_dhcp_at_the_configuration_layer() {
     h.assert_list::<OperatorSpec, _>(CONFIG_NAMESPACE, "only the configured one", |l| l.len() == 1).await;
     h.stop().await;
 }
+
+#[tokio::test]
+async fn the_images_static_address_comes_up_without_dhcp_and_configuration_beats_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("platform-network.yaml");
+    std::fs::write(&path, "apiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\naddresses:\n  - address: 10.5.0.2/24\n")
+        .unwrap();
+    let mut controllers: Vec<Box<dyn Controller>> = vec![
+        Box::new(AddressConfigController::new()),
+        Box::new(LinkConfigController::new()),
+        Box::new(OperatorConfigController::new()),
+        Box::new(talosbox::controllers::network::ImageNetworkConfigController::new(path)),
+    ];
+    controllers.extend(merge_controllers());
+    let registry = std::sync::Arc::new(talosbox::resources::registry().unwrap());
+    let h = Harness::start_with(talosbox::cosi::State::in_memory(), registry, controllers).unwrap();
+    seed_links(&h);
+
+    // The image's address is in force and eth0 runs no default DHCP.
+    let image = AddressSpec::static_address("eth0", "10.5.0.2/24".parse().unwrap(), ConfigLayer::Platform);
+    h.assert_spec(NAMESPACE, "eth0/10.5.0.2/24", &image).await;
+    h.assert_eventually::<LinkSpec, _>(CONFIG_NAMESPACE, "platform/eth0", "eth0 from the image", |r| r.is_some()).await;
+    h.assert_list::<OperatorSpec, _>(CONFIG_NAMESPACE, "no DHCP", |l| l.is_empty()).await;
+    // (LinkConfigController still brings eth0 up at the default layer, as Talos's does; the
+    // merge folds the image's candidate over it.)
+    h.assert_eventually::<LinkSpec, _>(NAMESPACE, "eth0", "eth0 merged from the image", |r| {
+        r.is_some_and(|r| r.spec().config_layer == ConfigLayer::Platform && r.spec().up)
+    })
+    .await;
+
+    // An applied configuration with the same address wins over the image's.
+    let yaml = "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        addresses: [10.5.0.2/24]\n";
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: yaml.into() }).unwrap();
+    let configured = AddressSpec { config_layer: ConfigLayer::MachineConfiguration, ..image.clone() };
+    h.assert_spec(NAMESPACE, "eth0/10.5.0.2/24", &configured).await;
+    h.unseed::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID).unwrap();
+    h.assert_spec(NAMESPACE, "eth0/10.5.0.2/24", &image).await;
+    h.assert_list::<OperatorSpec, _>(CONFIG_NAMESPACE, "still no DHCP", |l| l.is_empty()).await;
+    h.stop().await;
+}

@@ -777,6 +777,36 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Refuses any setting that is not networking: what an image's own network file may
+    /// carry (network documents, and of v1alpha1 only `machine.network`).
+    pub fn network_only(&self) -> Result<(), ConfigError> {
+        let refuse = |doc: &Document, path: Path| ConfigError::Invalid {
+            doc: doc.id().label(),
+            path: path.to_string(),
+            reason: "only network settings belong here".into(),
+        };
+        for doc in self.documents() {
+            if doc.kind.is_v1alpha1() {
+                for (key, value) in doc.map().iter() {
+                    match key {
+                        "version" => {}
+                        "machine" => {
+                            if let Some(other) = value.as_map().and_then(|m| m.keys().find(|k| *k != "network")) {
+                                return Err(refuse(doc, Path::keys("machine").key(other)));
+                            }
+                        }
+                        other => return Err(refuse(doc, Path::keys(other))),
+                    }
+                }
+            } else if doc.kind.group != "network" {
+                return Err(refuse(doc, Path::root()));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Talos's `glob.Glob`: `*` matches any run of characters, everything else itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
@@ -1078,6 +1108,23 @@ hostnames: [api.local]
         assert!(time.enabled && time.use_nts);
         assert_eq!(time.servers[0].as_str(), "time.example.org");
         assert_eq!(v.static_hosts[0].hostnames, ["api.local"]);
+    }
+
+    #[test]
+    fn network_only_refuses_the_rest() {
+        let ok = "version: v1alpha1\nmachine:\n  network:\n    hostname: n1\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\n";
+        assert!(load(ok).unwrap().config.network_only().is_ok());
+        let cases = [
+            (
+                "version: v1alpha1\nmachine:\n  type: worker\n",
+                "v1alpha1: machine.type: only network settings belong here",
+            ),
+            ("version: v1alpha1\ndebug: true\n", "v1alpha1: debug: only network settings belong here"),
+            ("apiVersion: v1alpha1\nkind: SysctlConfig\n", "SysctlConfig: : only network settings belong here"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(load(text).unwrap().config.network_only().unwrap_err().to_string(), want);
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod address_status;
 mod cmdline_config;
 mod config_inputs;
 mod hostname_config;
+mod image_network_config;
 mod link_config;
 mod link_status;
 mod merge;
@@ -25,6 +26,9 @@ pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
 pub use hostname_config::HostnameConfigController;
+pub use image_network_config::{
+    IMAGE_NETWORK_CONFIG_PATH, ImageNetworkConfigController, ImageNetworkError, parse_image_network,
+};
 pub use link_config::LinkConfigController;
 pub use link_status::LinkStatusController;
 pub use merge::{
