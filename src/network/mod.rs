@@ -6,3 +6,4 @@
 
 pub mod cmdline;
 pub mod config;
+pub mod nocloud;
