@@ -1111,6 +1111,25 @@ hostnames: [api.local]
     }
 
     #[test]
+    fn talos_generated_configs_read() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config/testdata");
+        let mut files: Vec<std::path::PathBuf> = Vec::new();
+        for version in std::fs::read_dir(root.join("talos")).unwrap() {
+            let dir = version.unwrap().path();
+            if dir.is_dir() {
+                files.extend(std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()));
+            }
+        }
+        files.push(root.join("patch/keyed-interfaces/expected.yaml"));
+        assert!(files.len() > 10, "{files:?}");
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            let loaded = load(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            loaded.config.network().unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        }
+    }
+
+    #[test]
     fn network_only_refuses_the_rest() {
         let ok = "version: v1alpha1\nmachine:\n  network:\n    hostname: n1\n---\napiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\n";
         assert!(load(ok).unwrap().config.network_only().is_ok());
