@@ -147,6 +147,11 @@ mod tests {
     }
 
     #[test]
+    fn the_imager_puts_the_file_where_machined_reads_it() {
+        assert_eq!(format!("/{}", crate::imager::IMAGE_NETWORK_CONFIG), IMAGE_NETWORK_CONFIG_PATH);
+    }
+
+    #[test]
     fn the_file_holds_network_settings_only() {
         assert!(parse_image_network("f", "apiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\n").is_ok());
         let err = parse_image_network("f", "version: v1alpha1\nmachine:\n  token: abc.def\n").unwrap_err();
