@@ -28,6 +28,7 @@ pub(crate) const REDACTED: &str = "(redacted)";
 
 const K8S: &str = "Kubernetes and etcd are out of scope";
 const CRI: &str = "containers are out of scope";
+const KUBESPAN: &str = "KubeSpan (the WireGuard mesh) is out of scope";
 
 /// Field names that hold secrets wherever they appear.
 const SECRET_NAMES: &[&str] = &[
@@ -99,6 +100,9 @@ const INERT: &[(&str, &str, &str)] = &[
     ("ExtensionServiceConfig", "", CRI),
     ("SecurityProfileConfig", "", K8S),
     ("ResolverConfig", "hostDNS.forwardKubeDNSToHost", K8S),
+    ("v1alpha1", "machine.network.kubespan", KUBESPAN),
+    ("KubeSpanConfig", "", KUBESPAN),
+    ("KubeSpanEndpointsConfig", "", KUBESPAN),
 ];
 
 /// When changes apply; the most specific matching rule wins, and anything no rule covers needs
@@ -378,6 +382,11 @@ mod tests {
         let v1 = v1alpha1();
         assert_eq!(inert(v1, &p("cluster.network.cni")).map(|(r, _)| r.to_string()), Some("cluster".into()));
         assert!(inert(v1, &p("machine.network")).is_none());
+        assert!(inert(v1, &p("machine.network.interfaces")).is_none());
+        assert_eq!(
+            inert(v1, &p("machine.network.kubespan.enabled")).map(|(r, _)| r.to_string()),
+            Some("machine.network.kubespan".into())
+        );
         let kubelet = kind("KubeletConfig", "v1alpha1").unwrap();
         assert!(inert(kubelet, &p("image")).is_some_and(|(r, _)| r.is_root()));
 

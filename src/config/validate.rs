@@ -32,6 +32,7 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
 
     // Every value the node acts on must parse, in either place it may be written.
     let view: MachineView = config.machine()?;
+    config.network()?;
     if let Some(hostname_doc) = config.find("HostnameConfig", None)
         && let Some(name) = hostname_doc.value().get("hostname").and_then(Value::as_str)
     {

@@ -76,6 +76,14 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     // to the node's kernel.
     use network::*;
     all.push((Scope::NodeOnly, Box::new(CmdlineConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(AddressConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(RouteConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(LinkConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(HostnameConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(ResolverConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(TimeServerConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(OperatorConfigController::new())));
+    all.push((Scope::NodeOnly, Box::new(ImageNetworkConfigController::new(IMAGE_NETWORK_CONFIG_PATH))));
     all.extend(merge_controllers().into_iter().map(|c| (Scope::NodeOnly, c)));
     all.push((Scope::NodeOnly, Box::new(AddressSpecController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));

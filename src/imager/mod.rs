@@ -54,6 +54,10 @@ pub fn find_initramfs(dir: &Path) -> Option<PathBuf> {
 /// own module requests (`/proc/sys/kernel/modprobe`).
 const ROOTFS_LINKS: &[&str] = &["machined", "apid", "trustd", "modprobe"];
 /// Empty mount points and directories in the rootfs.
+/// Where the rootfs carries the profile's network documents (machined's
+/// `IMAGE_NETWORK_CONFIG_PATH`).
+pub const IMAGE_NETWORK_CONFIG: &str = "usr/share/talosbox/platform-network.yaml";
+
 const ROOTFS_DIRS: &[&str] = &[
     "boot", "dev", "etc", "lib", "mnt", "proc", "root", "run", "sbin", "sys", "system", "tmp", "usr", "usr/bin",
     "usr/lib", "var",
@@ -286,7 +290,7 @@ fn build_root(
 
     progress.step(&format!("rootfs.sqsh: staging and running mksquashfs ({:?})", profile.rootfs_compression));
     let rootfs = out.join("rootfs.sqsh");
-    stage_rootfs(&rootfs_stage, binary, libs, &carried.load)?;
+    stage_rootfs(&rootfs_stage, binary, libs, &carried.load, profile.network.as_deref())?;
     mksquashfs(&rootfs_stage, &rootfs, profile.source_date_epoch, profile.rootfs_compression)?;
 
     let name = profile.initramfs_compression.initramfs_name();
@@ -337,9 +341,15 @@ pub fn os_release() -> String {
 }
 
 /// The rootfs: the binary as `/sbin/init` and its names, os-release, the modules machined
-/// loads at start (`load`), and a dynamic binary's libraries. The module tree is already
-/// staged under `lib/modules`.
-fn stage_rootfs(stage: &Path, binary: &[u8], libs: &[PathBuf], load: &[String]) -> Result<(), ImagerError> {
+/// loads at start (`load`), the profile's network documents, and a dynamic binary's
+/// libraries. The module tree is already staged under `lib/modules`.
+fn stage_rootfs(
+    stage: &Path,
+    binary: &[u8],
+    libs: &[PathBuf],
+    load: &[String],
+    network: Option<&str>,
+) -> Result<(), ImagerError> {
     mkdir(stage)?;
     for d in ROOTFS_DIRS {
         mkdir(&stage.join(d))?;
@@ -351,6 +361,9 @@ fn stage_rootfs(stage: &Path, binary: &[u8], libs: &[PathBuf], load: &[String]) 
     }
     write_file(&stage.join("etc/os-release"), os_release().as_bytes(), 0o644)?;
     write_file(&stage.join("etc/talosbox/modules"), module_list(load).as_bytes(), 0o644)?;
+    if let Some(network) = network {
+        write_file(&stage.join(IMAGE_NETWORK_CONFIG), network.as_bytes(), 0o644)?;
+    }
     for lib in libs {
         let data = std::fs::read(lib).map_err(io("reading shared library", lib))?;
         write_file(&stage.join(lib.strip_prefix("/").unwrap_or(lib)), &data, 0o755)?;

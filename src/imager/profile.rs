@@ -30,6 +30,12 @@ pub struct Profile {
     pub rootfs_compression: Compression,
     pub modules: Modules,
     pub disk: Disk,
+    /// Network documents the image carries (`LinkConfig`, `ResolverConfig`, … or a v1alpha1
+    /// `machine.network`), applied at the platform layer on every boot: a static address
+    /// without DHCP. Written to the rootfs as [`super::IMAGE_NETWORK_CONFIG`]; machined checks
+    /// and reports them.
+    #[serde(default)]
+    pub network: Option<String>,
 }
 
 fn zstd() -> Compression {
@@ -189,6 +195,10 @@ disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
         let zstd = Profile::parse(Path::new("p.yaml"), &format!("{GOOD}initramfs-compression: zstd\n")).unwrap();
         assert_eq!(zstd.initramfs_compression.initramfs_name(), "initramfs.zst");
         assert_eq!(p.grub_timeout, 0);
+        assert_eq!(p.network, None);
+        let text = format!("{GOOD}network: |\n  apiVersion: v1alpha1\n  kind: LinkConfig\n  name: eth0\n");
+        let net = Profile::parse(Path::new("p.yaml"), &text).unwrap();
+        assert_eq!(net.network.as_deref(), Some("apiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\n"));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! codecs and state machines that stay pure. They still never configure the kernel: what they learn leaves as specs.
 
 pub mod cmdline;
+pub mod config;
 pub mod dhcp4;
 pub mod dhcp6;
+pub mod nocloud;
 pub mod operator;

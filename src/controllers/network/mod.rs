@@ -8,32 +8,51 @@
 //! network namespace their [`NetworkTarget`] names: the node's own on a node, a fresh one in
 //! a test. None of them may run in `--mode container`, where the namespace is the host's.
 
+mod address_config;
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod config_inputs;
+mod hostname_config;
 mod hostname_spec;
 mod hostname_status;
+mod image_network_config;
+mod link_config;
 mod link_spec;
 mod link_status;
 mod merge;
+mod operator_config;
 mod operator_spec;
+mod resolver_config;
+mod route_config;
 mod route_spec;
 mod route_status;
+mod timeserver_config;
 
+pub use address_config::AddressConfigController;
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use hostname_config::HostnameConfigController;
 pub use hostname_spec::{HostnameSpecController, HostnameSpecError};
 pub use hostname_status::HostnameStatusController;
+pub use image_network_config::{
+    IMAGE_NETWORK_CONFIG_PATH, ImageNetworkConfigController, ImageNetworkError, parse_image_network,
+};
+pub use link_config::LinkConfigController;
 pub use link_spec::{LinkSpecController, LinkSpecError};
 pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, OperatorMergeController,
     ResolverMergeController, RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use operator_config::OperatorConfigController;
 pub use operator_spec::{OperatorFactory, OperatorSpecController};
+pub use resolver_config::ResolverConfigController;
+pub use route_config::RouteConfigController;
 pub use route_spec::{RTNH_F_ONLINK, RouteSpecController};
 pub use route_status::RouteStatusController;
+pub use timeserver_config::TimeServerConfigController;
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;
