@@ -80,6 +80,9 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(AddressSpecController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(LinkStatusController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(resolver_spec_controller())));
+    all.push((Scope::NodeOnly, Box::new(time_server_spec_controller())));
+    all.push((Scope::NodeOnly, Box::new(NodeAddressController)));
     all
 }
 

@@ -11,6 +11,9 @@ mod address_status;
 mod cmdline_config;
 mod link_status;
 mod merge;
+mod node_address;
+mod resolver_spec;
+mod timeserver_spec;
 
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
@@ -20,6 +23,9 @@ pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use node_address::NodeAddressController;
+pub use resolver_spec::{ResolverSpecController, resolver_spec_controller};
+pub use timeserver_spec::{TimeServerSpecController, time_server_spec_controller};
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;
