@@ -7,6 +7,7 @@
 //! namespace a test hands them.
 
 pub mod config;
+pub mod files;
 pub mod generic_merge;
 pub mod generic_transform;
 pub mod network;
@@ -83,6 +84,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(resolver_spec_controller())));
     all.push((Scope::NodeOnly, Box::new(time_server_spec_controller())));
     all.push((Scope::NodeOnly, Box::new(NodeAddressController)));
+    all.push((Scope::NodeOnly, Box::new(EtcFileController)));
+    all.push((Scope::NodeOnly, Box::new(files::EtcFileSpecController::new(files::SYSTEM_ETC))));
     all
 }
 

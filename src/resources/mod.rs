@@ -2,6 +2,7 @@
 //! reads a file or talks to the kernel.
 
 pub mod config;
+pub mod files;
 pub mod network;
 mod pem;
 pub mod runtime;
@@ -16,5 +17,6 @@ pub fn registry() -> Result<Registry, RegistryError> {
     config::register(&mut registry)?;
     secrets::register(&mut registry)?;
     network::register(&mut registry)?;
+    files::register(&mut registry)?;
     Ok(registry)
 }

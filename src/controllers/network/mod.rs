@@ -9,6 +9,7 @@
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod etc_file;
 mod link_status;
 mod merge;
 mod node_address;
@@ -18,6 +19,7 @@ mod timeserver_spec;
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use etc_file::{EtcFileController, HOST_DNS_ADDRESS};
 pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
