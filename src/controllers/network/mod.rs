@@ -12,6 +12,7 @@ mod cmdline_config;
 mod etc_file;
 mod link_status;
 mod merge;
+mod network_status;
 mod node_address;
 mod resolver_spec;
 mod timeserver_spec;
@@ -25,6 +26,7 @@ pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
     RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use network_status::NetworkStatusController;
 pub use node_address::NodeAddressController;
 pub use resolver_spec::{ResolverSpecController, resolver_spec_controller};
 pub use timeserver_spec::{TimeServerSpecController, time_server_spec_controller};
