@@ -87,6 +87,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(EtcFileController)));
     all.push((Scope::NodeOnly, Box::new(files::EtcFileSpecController::new(files::SYSTEM_ETC))));
     all.push((Scope::NodeOnly, Box::new(NetworkStatusController)));
+    all.push((Scope::NodeOnly, Box::new(HostDnsConfigController)));
+    all.push((Scope::NodeOnly, Box::new(DnsResolveCacheController::new(NetworkTarget::Node, HOST_DNS_LISTEN))));
     all
 }
 

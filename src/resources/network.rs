@@ -1935,6 +1935,28 @@ impl ResourceSpec for HostDnsConfig {
     };
 }
 
+/// One listener of the host DNS forwarder, id `<proto>-<address>` (`udp-127.0.0.53:53`),
+/// Talos's `DNSResolveCache`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct DnsResolveCache {
+    pub status: String,
+}
+
+impl DnsResolveCache {
+    pub const RUNNING: &'static str = "running";
+}
+
+impl ResourceSpec for DnsResolveCache {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "DNSResolveCaches.net.talos.dev",
+        aliases: &[],
+        default_namespace: NAMESPACE,
+        print_columns: &[PrintColumn { name: "Status", json_path: "{.status}" }],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+}
+
 /// Registers both network namespaces and every network type.
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.add_namespace(NAMESPACE, "Networking resources.")?;
@@ -1958,6 +1980,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<DeviceConfigSpec>()?;
     registry.register::<NetworkStatus>()?;
     registry.register::<HostDnsConfig>()?;
+    registry.register::<DnsResolveCache>()?;
     Ok(())
 }
 

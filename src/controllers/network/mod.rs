@@ -9,7 +9,9 @@
 mod address_spec;
 mod address_status;
 mod cmdline_config;
+mod dns_resolve_cache;
 mod etc_file;
+mod hostdns_config;
 mod link_status;
 mod merge;
 mod network_status;
@@ -20,7 +22,9 @@ mod timeserver_spec;
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use dns_resolve_cache::{DnsResolveCacheController, DnsResolveCacheError};
 pub use etc_file::{EtcFileController, HOST_DNS_ADDRESS};
+pub use hostdns_config::{HOST_DNS_LISTEN, HostDnsConfigController};
 pub use link_status::LinkStatusController;
 pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
