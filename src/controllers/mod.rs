@@ -89,6 +89,9 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(NetworkStatusController)));
     all.push((Scope::NodeOnly, Box::new(HostDnsConfigController)));
     all.push((Scope::NodeOnly, Box::new(DnsResolveCacheController::new(NetworkTarget::Node, HOST_DNS_LISTEN))));
+    // The node's clock: never a shared host's.
+    let clock = Arc::new(crate::kernel::clock::SystemClock);
+    all.push((Scope::NodeOnly, Box::new(TimeSyncController::new(NetworkTarget::Node, clock))));
     all
 }
 

@@ -8,3 +8,4 @@
 
 pub mod cmdline;
 pub mod dns;
+pub mod sntp;

@@ -7,6 +7,7 @@ pub mod network;
 mod pem;
 pub mod runtime;
 pub mod secrets;
+pub mod time;
 
 use crate::cosi::{Registry, RegistryError};
 
@@ -18,5 +19,6 @@ pub fn registry() -> Result<Registry, RegistryError> {
     secrets::register(&mut registry)?;
     network::register(&mut registry)?;
     files::register(&mut registry)?;
+    time::register(&mut registry)?;
     Ok(registry)
 }

@@ -17,6 +17,7 @@ mod merge;
 mod network_status;
 mod node_address;
 mod resolver_spec;
+mod time_sync;
 mod timeserver_spec;
 
 pub use address_spec::AddressSpecController;
@@ -33,6 +34,7 @@ pub use merge::{
 pub use network_status::NetworkStatusController;
 pub use node_address::NodeAddressController;
 pub use resolver_spec::{ResolverSpecController, resolver_spec_controller};
+pub use time_sync::{PollBounds, TimeSyncController, TimeSyncError};
 pub use timeserver_spec::{TimeServerSpecController, time_server_spec_controller};
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
