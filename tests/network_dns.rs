@@ -187,3 +187,65 @@ async fn no_upstream_at_all_is_servfail() {
     assert_eq!((msg.id, msg.rcode()), (0x7777, RCODE_SERVFAIL));
     h.stop().await;
 }
+
+/// A hand-made upstream on 127.0.0.4:53: over UDP it answers every query truncated (TC set,
+/// no records); over TCP with `records` A records for 10.1.2.3, TTL 60.
+fn truncating_upstream(ns: &NetNs, records: usize) -> tokio::task::JoinHandle<()> {
+    const ADDR: &str = "127.0.0.4:53";
+    let udp = ns.run(|| std::net::UdpSocket::bind(ADDR)).unwrap().unwrap();
+    let tcp = ns.run(|| std::net::TcpListener::bind(ADDR)).unwrap().unwrap();
+    udp.set_nonblocking(true).unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = tokio::net::UdpSocket::from_std(udp).unwrap();
+    let tcp = tokio::net::TcpListener::from_std(tcp).unwrap();
+    let answer = move |query: &[u8], truncated: bool| {
+        let mut out = query.to_vec();
+        let flags: u16 = 0x8180 | if truncated { 0x0200 } else { 0 };
+        out[2..4].copy_from_slice(&flags.to_be_bytes());
+        if !truncated {
+            out[6..8].copy_from_slice(&(records as u16).to_be_bytes());
+            for _ in 0..records {
+                out.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 1, 2, 3]);
+            }
+        }
+        out
+    };
+    tokio::spawn(async move {
+        let mut buf = [0u8; 512];
+        loop {
+            tokio::select! {
+                Ok((len, peer)) = udp.recv_from(&mut buf) => {
+                    let _ = udp.send_to(&answer(&buf[..len], true), peer).await;
+                }
+                Ok((mut stream, _)) = tcp.accept() => {
+                    let len = stream.read_u16().await.unwrap();
+                    let mut query = vec![0u8; usize::from(len)];
+                    stream.read_exact(&mut query).await.unwrap();
+                    let reply = answer(&query, false);
+                    stream.write_u16(reply.len() as u16).await.unwrap();
+                    stream.write_all(&reply).await.unwrap();
+                }
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_truncated_upstream_answer_is_fetched_over_tcp_and_truncated_for_small_askers() {
+    let ns = fresh_ns();
+    // 40 records of 16 bytes: more than a classic 512-byte UDP answer holds.
+    let upstream = truncating_upstream(&ns, 40);
+    let h = forwarder(&ns, &["127.0.0.4"]).await;
+
+    let full = ask_tcp(&ns, 0x0101, "big.test").await;
+    let msg = message::parse(&full).unwrap();
+    assert_eq!((msg.rcode(), msg.answers, msg.truncated()), (RCODE_NOERROR, 40, false), "fetched over TCP");
+
+    // Over UDP without EDNS the asker gets the question with TC set, and retries over TCP.
+    let small = ask_udp(&ns, 0x0202, "big.test").await;
+    let msg = message::parse(&small).unwrap();
+    assert!(msg.truncated() && msg.answers == 0, "truncated for a 512-byte asker: {msg:?}");
+    assert_eq!(msg.id, 0x0202);
+    upstream.abort();
+    h.stop().await;
+}

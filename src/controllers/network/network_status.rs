@@ -136,4 +136,33 @@ mod tests {
         .await;
         h.stop().await;
     }
+
+    #[tokio::test]
+    async fn etc_files_are_ready_once_rendered_and_on_disk() {
+        use crate::controllers::files::EtcFileSpecController;
+        use crate::controllers::network::EtcFileController;
+        use crate::resources::network::{HostDnsConfig, ResolverStatus};
+
+        let dir = tempfile::tempdir().unwrap();
+        let controllers: Vec<Box<dyn Controller>> = vec![
+            Box::new(EtcFileController),
+            Box::new(EtcFileSpecController::new(dir.path())),
+            Box::new(NetworkStatusController),
+        ];
+        let h = Harness::start(controllers).unwrap();
+        h.assert_spec(files::NAMESPACE, "hosts", &EtcFileStatus { spec_version: "1".into() }).await;
+        let status = h.state().find::<NetworkStatus>(NAMESPACE, NetworkStatus::ID).unwrap();
+        assert!(status.is_none_or(|s| !s.spec().etc_files_ready), "no resolv.conf yet: not ready");
+        let resolvers = ResolverStatus { dns_servers: vec!["10.0.0.1".parse().unwrap()], search_domains: vec![] };
+        h.seed(NAMESPACE, ResolverStatus::ID, resolvers).unwrap();
+        h.seed(NAMESPACE, HostDnsConfig::ID, HostDnsConfig { enabled: true, ..Default::default() }).unwrap();
+        h.assert_eventually::<NetworkStatus, _>(NAMESPACE, NetworkStatus::ID, "etc files ready", |r| {
+            r.is_some_and(|r| r.spec().etc_files_ready)
+        })
+        .await;
+        let resolv = std::fs::read_to_string(dir.path().join("resolv.conf")).unwrap();
+        assert_eq!(resolv, "nameserver 127.0.0.53\n");
+        assert!(std::fs::read_to_string(dir.path().join("hosts")).unwrap().starts_with("127.0.0.1 localhost\n"));
+        h.stop().await;
+    }
 }
