@@ -180,9 +180,9 @@ impl Forwarder {
         let upstreams = self.upstreams.borrow().clone();
         for upstream in upstreams.into_iter().filter(|u| *u != self.listen) {
             match self.exchange(upstream, query, msg).await {
-                Ok((bytes, response)) if matches!(response.rcode(), RCODE_SERVFAIL | RCODE_REFUSED) => {
+                // This upstream cannot answer now; another may.
+                Ok((_, response)) if matches!(response.rcode(), RCODE_SERVFAIL | RCODE_REFUSED) => {
                     tracing::debug!("host DNS: upstream {upstream} answered rcode {}", response.rcode());
-                    drop(bytes);
                 }
                 Ok((bytes, response)) => {
                     self.cache().put(&bytes, &response, Instant::now());
