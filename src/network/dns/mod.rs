@@ -69,7 +69,8 @@ impl Listeners {
 pub struct Forwarder {
     listen: SocketAddr,
     upstreams: watch::Receiver<Vec<SocketAddr>>,
-    cache: Mutex<Cache>,
+    /// The cache, and the upstreams its answers came from.
+    cache: Mutex<(Cache, Vec<SocketAddr>)>,
     timeout: Duration,
 }
 
@@ -89,7 +90,7 @@ impl Forwarder {
     /// A forwarder for the asker-facing address `listen`, asking the upstreams `upstreams`
     /// holds at the time of each query.
     pub fn new(listen: SocketAddr, upstreams: watch::Receiver<Vec<SocketAddr>>) -> Self {
-        Forwarder { listen, upstreams, cache: Mutex::new(Cache::new()), timeout: UPSTREAM_TIMEOUT }
+        Forwarder { listen, upstreams, cache: Mutex::new((Cache::new(), Vec::new())), timeout: UPSTREAM_TIMEOUT }
     }
 
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
@@ -97,9 +98,18 @@ impl Forwarder {
         self
     }
 
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+    /// The cache, emptied first if the upstreams changed since it was filled: as Talos does,
+    /// so that answers of a replaced (perhaps poisoned) upstream are not served on.
+    fn cache(&self) -> std::sync::MutexGuard<'_, (Cache, Vec<SocketAddr>)> {
         // A panic while holding the lock leaves the cache as consistent as any other moment.
-        self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        let mut guard = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let current = self.upstreams.borrow();
+        if guard.1 != *current {
+            guard.0.clear();
+            guard.1 = current.clone();
+        }
+        drop(current);
+        guard
     }
 
     /// Serves both listeners until `cancel` fires.
@@ -162,7 +172,7 @@ impl Forwarder {
             Ok(_) => return None,
             Err(_) => return message::formerr_for(query),
         };
-        let cached = self.cache().get(&msg.question, msg.id, Instant::now());
+        let cached = self.cache().0.get(&msg.question, msg.id, Instant::now());
         let reply = match cached {
             Some(reply) => reply,
             None => self.forward(query, &msg).await,
@@ -185,7 +195,7 @@ impl Forwarder {
                     tracing::debug!("host DNS: upstream {upstream} answered rcode {}", response.rcode());
                 }
                 Ok((bytes, response)) => {
-                    self.cache().put(&bytes, &response, Instant::now());
+                    self.cache().0.put(&bytes, &response, Instant::now());
                     return bytes;
                 }
                 Err(e) => tracing::debug!("host DNS: {e}"),
@@ -242,5 +252,36 @@ async fn exchange_tcp(upstream: SocketAddr, query: &[u8], msg: &Message) -> Resu
     match message::parse(&buf) {
         Ok(response) if answers(msg, &response) => Ok((buf, response)),
         _ => Err(err(std::io::Error::new(std::io::ErrorKind::InvalidData, "an answer to another question"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn answers_from_the_cache_until_the_upstreams_change() {
+        let listen: SocketAddr = "127.0.0.53:53".parse().unwrap();
+        // The forwarder never asks itself, so these tests open no socket.
+        let (tx, rx) = watch::channel(Vec::new());
+        let fwd = Forwarder::new(listen, rx);
+        let query = message::build_query(0x0707, "cached.test", 1);
+        let mut answer = query.clone();
+        answer[2..4].copy_from_slice(&0x8180u16.to_be_bytes());
+        answer[6..8].copy_from_slice(&1u16.to_be_bytes());
+        answer.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 9, 8, 7]);
+        fwd.cache().0.put(&answer, &message::parse(&answer).unwrap(), Instant::now());
+
+        let reply = fwd.answer(&query, true).await.unwrap();
+        assert_eq!(message::answer_ipv4s(&reply).unwrap(), [Ipv4Addr::new(10, 9, 8, 7)], "from the cache");
+        let servfail = |reply: &[u8]| message::parse(reply).unwrap().rcode() == RCODE_SERVFAIL;
+        let other = message::build_query(0x0808, "other.test", 1);
+        assert!(servfail(&fwd.answer(&other, true).await.unwrap()), "no upstream: SERVFAIL");
+
+        tx.send(vec![listen]).unwrap();
+        assert!(servfail(&fwd.answer(&query, true).await.unwrap()), "new upstreams: the cache is gone");
+        assert_eq!(fwd.answer(&answer, true).await, None, "a response is not answered");
+        let formerr = fwd.answer(&[0xab, 0xcd, 0, 0, 0], true).await.unwrap();
+        assert_eq!(&formerr[..2], &[0xab, 0xcd], "a broken query gets FORMERR under its ID");
     }
 }
