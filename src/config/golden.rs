@@ -1,10 +1,17 @@
-//! Golden files for the config tests: rendered text compared with a file under
-//! `src/config/testdata/`. Set `UPDATE_GOLDEN=1` to rewrite the files from the current output.
+//! Golden files for the tests: rendered text compared with a file under a module's
+//! `testdata/` (the config module's own by default, `src/config/testdata/`). Set
+//! `UPDATE_GOLDEN=1` to rewrite the files from the current output.
 
 use std::path::PathBuf;
 
+const CONFIG_TESTDATA: &str = "src/config/testdata";
+
 fn path(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/config/testdata").join(rel)
+    path_in(CONFIG_TESTDATA, rel)
+}
+
+fn path_in(dir: &str, rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(dir).join(rel)
 }
 
 /// A test data file's text.
@@ -24,11 +31,17 @@ pub(crate) fn files(rel: &str) -> Vec<String> {
 
 /// Asserts that `actual` is the golden file's text (or rewrites the file).
 pub(crate) fn check(rel: &str, actual: &str) {
+    check_in(CONFIG_TESTDATA, rel, actual)
+}
+
+/// [`check`] for a golden file under `dir` (relative to the package: `src/network/testdata`).
+pub(crate) fn check_in(dir: &str, rel: &str, actual: &str) {
+    let file = path_in(dir, rel);
     if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(path(rel), actual).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
+        std::fs::write(&file, actual).unwrap_or_else(|e| panic!("writing {rel}: {e}"));
         return;
     }
     let want =
-        std::fs::read_to_string(path(rel)).unwrap_or_else(|e| panic!("reading {rel}: {e} (UPDATE_GOLDEN=1 writes it)"));
+        std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("reading {rel}: {e} (UPDATE_GOLDEN=1 writes it)"));
     assert!(want == actual, "{rel} differs from the output:\n--- want\n{want}\n--- got\n{actual}");
 }

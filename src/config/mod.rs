@@ -24,7 +24,7 @@ mod error;
 mod fuzz;
 pub mod generate;
 #[cfg(test)]
-mod golden;
+pub(crate) mod golden;
 mod json6902;
 mod load;
 mod merge;

@@ -7,6 +7,7 @@
 //! namespace a test hands them.
 
 pub mod config;
+pub mod files;
 pub mod generic_merge;
 pub mod generic_transform;
 pub mod network;
@@ -95,6 +96,17 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(HostnameStatusController::new(crate::kernel::uts::UtsTarget::Node))));
     // OperatorMergeController is among the merge controllers above.
     all.push((Scope::NodeOnly, Box::new(OperatorSpecController::new(NetworkTarget::Node))));
+    all.push((Scope::NodeOnly, Box::new(resolver_spec_controller())));
+    all.push((Scope::NodeOnly, Box::new(time_server_spec_controller())));
+    all.push((Scope::NodeOnly, Box::new(NodeAddressController)));
+    all.push((Scope::NodeOnly, Box::new(EtcFileController)));
+    all.push((Scope::NodeOnly, Box::new(files::EtcFileSpecController::new(files::SYSTEM_ETC))));
+    all.push((Scope::NodeOnly, Box::new(NetworkStatusController)));
+    all.push((Scope::NodeOnly, Box::new(HostDnsConfigController)));
+    all.push((Scope::NodeOnly, Box::new(DnsResolveCacheController::new(NetworkTarget::Node, HOST_DNS_LISTEN))));
+    // The node's clock: never a shared host's.
+    let clock = Arc::new(crate::kernel::clock::SystemClock);
+    all.push((Scope::NodeOnly, Box::new(TimeSyncController::new(NetworkTarget::Node, clock))));
     all
 }
 

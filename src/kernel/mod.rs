@@ -7,6 +7,7 @@
 //! stays thin. Nothing here shells out to `mount`, `losetup`, `modprobe` or `ip`, and nothing here may
 //! panic on a runtime path: PID 1 calls into it.
 
+pub mod clock;
 pub mod cmdline;
 pub mod console;
 pub mod input;

@@ -2,10 +2,12 @@
 //! reads a file or talks to the kernel.
 
 pub mod config;
+pub mod files;
 pub mod network;
 mod pem;
 pub mod runtime;
 pub mod secrets;
+pub mod time;
 
 use crate::cosi::{Registry, RegistryError};
 
@@ -16,5 +18,7 @@ pub fn registry() -> Result<Registry, RegistryError> {
     config::register(&mut registry)?;
     secrets::register(&mut registry)?;
     network::register(&mut registry)?;
+    files::register(&mut registry)?;
+    time::register(&mut registry)?;
     Ok(registry)
 }

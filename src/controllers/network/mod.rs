@@ -13,6 +13,9 @@ mod address_spec;
 mod address_status;
 mod cmdline_config;
 mod config_inputs;
+mod dns_resolve_cache;
+mod etc_file;
+mod hostdns_config;
 mod hostname_config;
 mod hostname_spec;
 mod hostname_status;
@@ -21,18 +24,26 @@ mod link_config;
 mod link_spec;
 mod link_status;
 mod merge;
+mod network_status;
+mod node_address;
 mod operator_config;
 mod operator_spec;
 mod resolver_config;
+mod resolver_spec;
 mod route_config;
 mod route_spec;
 mod route_status;
+mod time_sync;
 mod timeserver_config;
+mod timeserver_spec;
 
 pub use address_config::AddressConfigController;
 pub use address_spec::AddressSpecController;
 pub use address_status::AddressStatusController;
 pub use cmdline_config::{CmdlineConfigController, link_resolver};
+pub use dns_resolve_cache::{DnsResolveCacheController, DnsResolveCacheError};
+pub use etc_file::{EtcFileController, HOST_DNS_ADDRESS};
+pub use hostdns_config::{HOST_DNS_LISTEN, HostDnsConfigController};
 pub use hostname_config::HostnameConfigController;
 pub use hostname_spec::{HostnameSpecController, HostnameSpecError};
 pub use hostname_status::HostnameStatusController;
@@ -46,13 +57,18 @@ pub use merge::{
     AddressMergeController, HostnameMergeController, LinkMergeController, OperatorMergeController,
     ResolverMergeController, RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use network_status::NetworkStatusController;
+pub use node_address::NodeAddressController;
 pub use operator_config::OperatorConfigController;
 pub use operator_spec::{OperatorFactory, OperatorSpecController};
 pub use resolver_config::ResolverConfigController;
+pub use resolver_spec::{ResolverSpecController, resolver_spec_controller};
 pub use route_config::RouteConfigController;
 pub use route_spec::{RTNH_F_ONLINK, RouteSpecController};
 pub use route_status::RouteStatusController;
+pub use time_sync::{PollBounds, TimeSyncController, TimeSyncError};
 pub use timeserver_config::TimeServerConfigController;
+pub use timeserver_spec::{TimeServerSpecController, time_server_spec_controller};
 
 use crate::kernel::netlink::{Groups, Netlink, NetlinkError, NetlinkEvents};
 use crate::kernel::netns::NetNs;
