@@ -110,6 +110,12 @@ fn imager_builds_reproducible_bootable_artifacts() {
     ] {
         assert!(listing.lines().any(|l| l == path), "unsquashfs -l lacks {path}:\n{listing}");
     }
+    // The /etc files machined renders are links into its tmpfs.
+    let long = sh(&format!("unsquashfs -ll {}", rootfs.display()));
+    for name in ["hosts", "resolv.conf", "hostname"] {
+        let want = format!("squashfs-root/etc/{name} -> /system/etc/{name}");
+        assert!(long.lines().any(|l| l.ends_with(&want)), "unsquashfs -ll lacks {want}:\n{long}");
+    }
     let start_list = sh(&format!("unsquashfs -cat {} etc/talosbox/modules", rootfs.display()));
     assert_eq!(start_list, "virtio-rng\nbutton\nevdev\n");
 

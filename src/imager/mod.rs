@@ -53,11 +53,15 @@ pub fn find_initramfs(dir: &Path) -> Option<PathBuf> {
 /// Names in the rootfs that point at /sbin/init. `modprobe` is what the kernel runs for its
 /// own module requests (`/proc/sys/kernel/modprobe`).
 const ROOTFS_LINKS: &[&str] = &["machined", "apid", "trustd", "modprobe"];
-/// Empty mount points and directories in the rootfs.
 /// Where the rootfs carries the profile's network documents (machined's
 /// `IMAGE_NETWORK_CONFIG_PATH`).
 pub const IMAGE_NETWORK_CONFIG: &str = "usr/share/talosbox/platform-network.yaml";
 
+/// The `/etc` files machined renders at run time into `/system/etc` (a tmpfs; the rootfs is
+/// read-only): the rootfs links each to its rendered copy, as Talos's does.
+const ETC_RENDERED: &[&str] = &["hosts", "resolv.conf", "hostname"];
+
+/// Empty mount points and directories in the rootfs.
 const ROOTFS_DIRS: &[&str] = &[
     "boot", "dev", "etc", "lib", "mnt", "proc", "root", "run", "sbin", "sys", "system", "tmp", "usr", "usr/bin",
     "usr/lib", "var",
@@ -361,6 +365,10 @@ fn stage_rootfs(
     }
     write_file(&stage.join("etc/os-release"), os_release().as_bytes(), 0o644)?;
     write_file(&stage.join("etc/talosbox/modules"), module_list(load).as_bytes(), 0o644)?;
+    for name in ETC_RENDERED {
+        let link = stage.join("etc").join(name);
+        std::os::unix::fs::symlink(Path::new("/system/etc").join(name), &link).map_err(io("linking", &link))?;
+    }
     if let Some(network) = network {
         write_file(&stage.join(IMAGE_NETWORK_CONFIG), network.as_bytes(), 0o644)?;
     }
