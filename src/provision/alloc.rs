@@ -105,10 +105,6 @@ pub fn lan_address(index: usize) -> Ipv4Addr {
     Ipv4Addr::new(10, 5, 0, host)
 }
 
-/// QEMU user networking's fixed plan: the guest's address, the host as seen from the guest.
-pub const USER_NET_GUEST: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
-pub const USER_NET_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
-
 /// The multicast group and UDP port a cluster's LAN uses (QEMU `-netdev socket,mcast=`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mcast {

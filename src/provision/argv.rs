@@ -66,17 +66,14 @@ pub fn swtpm_pid_arg(pid_file: &Path) -> String {
     format!("file={}", opt(pid_file))
 }
 
-/// The kernel `ip=` arguments a directly booted node gets: a static address on each NIC, so its
-/// API is reachable through the forward and its peers over the LAN without a DHCP server.
-/// The NICs are `eth0` (user network) and `eth1` (LAN) in the order [`qemu_argv`] adds them.
+/// The kernel `ip=` argument a directly booted node gets: a static address on the LAN NIC
+/// (`eth1`, the second NIC [`qemu_argv`] adds) and its hostname, so its peers reach it without a
+/// DHCP server there. The user-network NIC (`eth0`) gets its address from QEMU's DHCP server,
+/// by the node's default DHCP.
 pub fn node_ip_args(hostname: &str, lan: Ipv4Addr) -> String {
-    use super::alloc::{LAN_PREFIX_LEN, USER_NET_GATEWAY, USER_NET_GUEST};
-    let mask = |len: u8| Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0));
-    format!(
-        "ip={USER_NET_GUEST}::{USER_NET_GATEWAY}:{}:{hostname}:eth0:off ip={lan}:::{}::eth1:off",
-        mask(24),
-        mask(LAN_PREFIX_LEN)
-    )
+    use super::alloc::LAN_PREFIX_LEN;
+    let mask = Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(LAN_PREFIX_LEN)).unwrap_or(0));
+    format!("ip={lan}:::{mask}:{hostname}:eth1:off")
 }
 
 /// QEMU's arguments (without the program name) for one node, run detached.
@@ -181,15 +178,11 @@ mod tests {
     }
 
     #[test]
-    fn node_ip_args_address_both_nics_in_kernel_syntax() {
+    fn node_ip_args_address_the_lan_nic_in_kernel_syntax() {
         use crate::network::cmdline;
         let args = node_ip_args("dev-controlplane-1", crate::provision::alloc::lan_address(0));
-        assert_eq!(
-            args,
-            "ip=10.0.2.15::10.0.2.2:255.255.255.0:dev-controlplane-1:eth0:off \
-             ip=10.5.0.2:::255.255.255.0::eth1:off"
-        );
-        // The node's own parser reads them back: two static addresses, both links, the hostname.
+        assert_eq!(args, "ip=10.5.0.2:::255.255.255.0:dev-controlplane-1:eth1:off");
+        // The node's own parser reads it back: the LAN address on eth1, and the hostname.
         let parsed = cmdline::parse(&crate::kernel::cmdline::Cmdline::parse(&args), &cmdline::LinkResolver::new())
             .expect("the node parses what the launcher writes");
         let addresses: Vec<String> = parsed
@@ -197,7 +190,7 @@ mod tests {
             .iter()
             .map(|c| format!("{}={}", c.link_name, c.address.map(|a| a.to_string()).unwrap_or_default()))
             .collect();
-        assert_eq!(addresses, ["eth0=10.0.2.15/24", "eth1=10.5.0.2/24"]);
+        assert_eq!(addresses, ["eth1=10.5.0.2/24"]);
         assert_eq!(parsed.hostname.map(|h| h.hostname), Some("dev-controlplane-1".to_string()));
     }
 
