@@ -28,6 +28,15 @@ pub use issue::{CertAndKey, Validity, issue_client, issue_server};
 pub use key::{KeyAlgorithm, PrivateKey};
 pub use role::{Role, RoleSet};
 
+/// Writes `text` to `path`, readable and writable by its owner only: secrets bundles, machine
+/// configs and talosconfigs hold keys.
+pub fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(text.as_bytes())
+}
+
 /// Everything that can go wrong in the PKI; each message names the certificate, key or field.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {

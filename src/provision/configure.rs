@@ -79,16 +79,7 @@ fn node_config(base: &str, patches: &[Patch], node: &NodeRecord) -> Result<Strin
 }
 
 fn write_private(path: &Path, text: &str) -> Result<(), ProvisionError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err("writing", path))?;
-    file.write_all(text.as_bytes()).map_err(io_err("writing", path))
+    crate::pki::write_private(path, text).map_err(io_err("writing", path))
 }
 
 fn forward(node: &NodeRecord) -> String {

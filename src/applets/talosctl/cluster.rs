@@ -102,15 +102,8 @@ pub struct CreateArgs {
     /// Leave the nodes in maintenance: generate no configuration and apply none.
     #[arg(long)]
     skip_config: bool,
-    /// A patch for every node's generated config: `@file.yaml` or inline YAML/JSON (repeatable).
-    #[arg(long)]
-    config_patch: Vec<String>,
-    /// A patch for the control planes' config only.
-    #[arg(long)]
-    config_patch_control_plane: Vec<String>,
-    /// A patch for the workers' config only.
-    #[arg(long)]
-    config_patch_worker: Vec<String>,
+    #[command(flatten)]
+    patches: super::generate::ConfigPatchArgs,
     /// The Kubernetes version written into the (inert) cluster section.
     #[arg(long, default_value = super::generate::DEFAULT_KUBERNETES_VERSION)]
     kubernetes_version: String,
@@ -279,9 +272,9 @@ fn apply_generated(cli: &super::Cli, a: &CreateArgs, created: &crate::provision:
     let opts = ConfigureOptions {
         timeout: a.wait_timeout,
         kubernetes_version: a.kubernetes_version.clone(),
-        patches: read(&a.config_patch)?,
-        controlplane_patches: read(&a.config_patch_control_plane)?,
-        worker_patches: read(&a.config_patch_worker)?,
+        patches: read(&a.patches.config_patch)?,
+        controlplane_patches: read(&a.patches.config_patch_control_plane)?,
+        worker_patches: read(&a.patches.config_patch_worker)?,
     };
     let configured =
         configure(&created.record, &created.dir, &opts, &mut |line| println!("  {line}")).map_err(|e| e.to_string())?;

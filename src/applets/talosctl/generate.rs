@@ -27,6 +27,21 @@ pub enum GenCommand {
     Config(Box<ConfigArgs>),
 }
 
+/// `--config-patch`, `--config-patch-control-plane`, `--config-patch-worker`: for `gen config`
+/// and `cluster create`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigPatchArgs {
+    /// A patch for every machine config: `@file.yaml` or inline YAML/JSON (repeatable).
+    #[arg(long)]
+    pub config_patch: Vec<String>,
+    /// A patch for the control planes' config only.
+    #[arg(long)]
+    pub config_patch_control_plane: Vec<String>,
+    /// A patch for the workers' config only.
+    #[arg(long)]
+    pub config_patch_worker: Vec<String>,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ConfigArgs {
     /// The cluster's name.
@@ -42,15 +57,8 @@ pub struct ConfigArgs {
     /// Which files to write: controlplane, worker, talosconfig.
     #[arg(short = 't', long, value_delimiter = ',', default_value = "controlplane,worker,talosconfig")]
     output_types: Vec<String>,
-    /// A patch for both machine configs: `@file.yaml` or inline YAML/JSON (repeatable).
-    #[arg(long)]
-    config_patch: Vec<String>,
-    /// A patch for controlplane.yaml only.
-    #[arg(long)]
-    config_patch_control_plane: Vec<String>,
-    /// A patch for worker.yaml only.
-    #[arg(long)]
-    config_patch_worker: Vec<String>,
+    #[command(flatten)]
+    patches: ConfigPatchArgs,
     /// The disk to install to.
     #[arg(long)]
     install_disk: Option<String>,
@@ -96,16 +104,7 @@ fn refuse_existing(path: &Path, force: bool) -> Result<(), String> {
 
 /// Writes `text` to `path`, readable by its owner only (it holds keys).
 pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes()).map_err(|e| format!("writing {}: {e}", path.display()))
+    crate::pki::write_private(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 fn gen_secrets(path: &Path, force: bool) -> Result<(), String> {
@@ -166,15 +165,15 @@ fn gen_config(a: &ConfigArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
 
     let files = [
-        ("controlplane", "controlplane.yaml", &a.config_patch_control_plane, &generated.controlplane),
-        ("worker", "worker.yaml", &a.config_patch_worker, &generated.worker),
+        ("controlplane", "controlplane.yaml", &a.patches.config_patch_control_plane, &generated.controlplane),
+        ("worker", "worker.yaml", &a.patches.config_patch_worker, &generated.worker),
     ];
     let mut outputs = Vec::new();
     for (kind, name, own, text) in files {
         if !wants(kind) {
             continue;
         }
-        let patches: Vec<String> = a.config_patch.iter().chain(own.iter()).cloned().collect();
+        let patches: Vec<String> = a.patches.config_patch.iter().chain(own.iter()).cloned().collect();
         outputs.push((a.output.join(name), patched(text, &patches, name)?));
     }
     if wants("talosconfig") {
