@@ -32,6 +32,24 @@ pub fn rss_kib(pid: Option<u32>) -> Option<u64> {
     parse_rss_kib(&std::fs::read_to_string(path).ok()?)
 }
 
+/// Proportional set size in KiB (`Pss:` of `/proc/<pid>/smaps_rollup`) of `pid`, or of this
+/// process: each shared page counted once across the processes that map it, so the sum over
+/// machined, apid and trustd — one binary — is what they cost together.
+pub fn pss_kib(pid: Option<u32>) -> Option<u64> {
+    let path = match pid {
+        Some(pid) => format!("/proc/{pid}/smaps_rollup"),
+        None => "/proc/self/smaps_rollup".to_string(),
+    };
+    parse_kib_field(&std::fs::read_to_string(path).ok()?, "Pss:")
+}
+
+fn parse_kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    let mut words = line.split_whitespace().skip(1);
+    let n = words.next()?.parse().ok()?;
+    (words.next() == Some("kB")).then_some(n)
+}
+
 /// Memory in use on the machine in KiB: `MemTotal - MemAvailable` of `/proc/meminfo`.
 pub fn memory_used_kib() -> Option<u64> {
     parse_memory_used_kib(&std::fs::read_to_string("/proc/meminfo").ok()?)
@@ -46,10 +64,7 @@ fn parse_memory_used_kib(meminfo: &str) -> Option<u64> {
 }
 
 fn parse_rss_kib(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let mut words = line.split_whitespace().skip(1);
-    let n = words.next()?.parse().ok()?;
-    (words.next() == Some("kB")).then_some(n)
+    parse_kib_field(status, "VmRSS:")
 }
 
 #[cfg(test)]
@@ -62,6 +77,14 @@ mod tests {
         assert_eq!(parse_rss_kib("Name:\tkthreadd\n"), None);
         assert_eq!(parse_rss_kib("VmRSS:\t12 MB\n"), None);
         assert!(rss_kib(None).is_some_and(|k| k > 0));
+    }
+
+    #[test]
+    fn pss_from_smaps_rollup() {
+        let text = "00400000-7ffc [rollup]\nRss:    9000 kB\nPss:    4321 kB\nPss_Anon: 100 kB\n";
+        assert_eq!(parse_kib_field(text, "Pss:"), Some(4321));
+        let (pss, rss) = (pss_kib(None).unwrap(), rss_kib(None).unwrap());
+        assert!(pss > 0 && pss <= rss, "pss {pss} rss {rss}");
     }
 
     #[test]

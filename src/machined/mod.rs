@@ -600,13 +600,16 @@ fn publish_stage_event(events: &EventLog, status: &MachineStatus) {
     events.publish("type.googleapis.com/machine.MachineStatusEvent", prost::Message::encode_to_vec(&payload), "");
 }
 
-/// `uptime <s> memory: machined rss <n> KiB, apid rss <n> KiB, …; machine in use <n> KiB`.
+/// `uptime <s> memory: machined rss <n> KiB pss <n> KiB, apid rss <n> KiB pss <n> KiB, …;
+/// machine in use <n> KiB`.
 fn memory_line(supervisor: &Supervisor) -> String {
-    let rss = |pid| crate::kernel::rss_kib(pid).map_or_else(|| "?".to_string(), |k| k.to_string());
-    let mut parts = vec![format!("machined rss {} KiB", rss(None))];
+    let kib = |v: Option<u64>| v.map_or_else(|| "?".to_string(), |k| k.to_string());
+    let sizes =
+        |pid| format!("rss {} KiB pss {} KiB", kib(crate::kernel::rss_kib(pid)), kib(crate::kernel::pss_kib(pid)));
+    let mut parts = vec![format!("machined {}", sizes(None))];
     for s in supervisor.snapshot() {
         if let Some(pid) = s.pid {
-            parts.push(format!("{} rss {} KiB", s.name, rss(Some(pid))));
+            parts.push(format!("{} {}", s.name, sizes(Some(pid))));
         }
     }
     let used = crate::kernel::memory_used_kib().map_or_else(|| "?".to_string(), |k| k.to_string());
