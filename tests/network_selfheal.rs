@@ -510,6 +510,7 @@ async fn a_link_that_flaps_gets_its_lease_and_default_route_back() {
 
 /// On a statically configured link, an address and then a route deleted behind machined's
 /// back with `ip` come back; so does the default route the kernel dropped with the address.
+/// A flap, which flushes the link's routes and its IPv6 address, is repaired too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_address_and_a_route_deleted_behind_its_back_come_back() {
     let (node, _peer) = wire();
@@ -517,7 +518,7 @@ async fn an_address_and_a_route_deleted_behind_its_back_come_back() {
     let (h, _started) = node_pipeline(&node);
     configure(
         &h,
-        "      - interface: a\n        addresses: [10.9.0.5/24]\n        routes:\n\
+        "      - interface: a\n        addresses: [10.9.0.5/24, fd00:9::5/64]\n        routes:\n\
          \x20         - network: 0.0.0.0/0\n            gateway: 10.9.0.1\n\
          \x20         - network: 172.16.0.0/12\n            gateway: 10.9.0.254\n            metric: 50\n",
     );
@@ -537,6 +538,15 @@ async fn an_address_and_a_route_deleted_behind_its_back_come_back() {
     ip(&node, &["route", "del", "default", "via", "10.9.0.1"]);
     ip(&node, &["route", "del", "172.16.0.0/12"]);
     kernel.eventually("the routes back", configured).await;
+
+    // A flap: the kernel flushes the link's IPv6 addresses as it goes down (and its routes),
+    // and keeps its IPv4 ones; everything configured comes back.
+    let with_v6 = |k: &Seen| configured(k) && k.address("fd00:9::5/64").is_some();
+    kernel.eventually("the IPv6 address", with_v6).await;
+    let batch = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(batch.path(), "link set dev a down\nlink set dev a up\n").unwrap();
+    ip(&node, &["-batch", batch.path().to_str().unwrap()]);
+    kernel.eventually("all of it back after a flap", with_v6).await;
     h.stop().await;
 }
 
@@ -586,5 +596,31 @@ async fn an_expired_lease_is_given_up_and_a_fresh_one_acquired() {
     let status = status_until(&operator, "bound again", WAIT, |s| s.state == "bound" && s.acks == 2).await;
     assert_eq!(status.address, Some("10.9.0.77".parse().unwrap()));
     assert_eq!(started.lock().unwrap().len(), 1, "the same client throughout");
+    h.stop().await;
+}
+
+/// The lease's route metric changed in the configuration (`dhcpOptions.routeMetric`): the
+/// client is restarted with it and the kernel has the lease's default route at the new
+/// metric only — none left behind at the old one — and the address once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_dhcp_route_metric_leaves_no_route_at_the_old_one() {
+    let (node, peer) = wire();
+    let _dnsmasq = Dnsmasq::start(&peer, &[]);
+    let kernel = Kernel::new(&node);
+    let (h, started) = node_pipeline(&node);
+    configure(&h, DHCP);
+    kernel
+        .eventually("the lease in the kernel", |k| k.address(LEASED).is_some() && k.has_default("10.9.0.1", 1024))
+        .await;
+
+    configure(&h, "      - interface: a\n        dhcp: true\n        dhcpOptions:\n          routeMetric: 2048\n");
+    let seen = kernel
+        .eventually("only the new metric", |k| {
+            k.defaults4() == [("10.9.0.1".parse().unwrap(), 2048)]
+                && k.address(LEASED).is_some_and(|a| a.priority == 2048)
+        })
+        .await;
+    assert_eq!(seen.global4(), [LEASED]);
+    assert_eq!(started.lock().unwrap().len(), 2, "the client restarted with the new metric");
     h.stop().await;
 }
