@@ -455,6 +455,7 @@ async fn switching_from_dhcp_to_static_leaves_no_lease_behind() {
     h.stop().await;
 }
 
+/// A leased address deleted behind machined's back comes back with its default route.
 /// A DHCP link taken down and up behind machined's back gets its leased address and
 /// default route back: the kernel drops every route over a link that goes down, and whether the client merely kept its lease or was stopped with the link and leased
 /// again, the address and the lease's default route are in the kernel once the link is up.
@@ -471,6 +472,13 @@ async fn a_link_that_flaps_gets_its_lease_and_default_route_back() {
     configure(&h, DHCP);
     kernel
         .eventually("the lease in the kernel", |k| k.address(LEASED).is_some() && k.has_default("10.9.0.1", 1024))
+        .await;
+
+    // The leased address deleted behind machined's back (the kernel takes the default
+    // route through it along): both are put back.
+    ip(&node, &["addr", "del", LEASED, "dev", "a"]);
+    kernel
+        .eventually("the leased address back", |k| k.address(LEASED).is_some() && k.has_default("10.9.0.1", 1024))
         .await;
 
     // Down and up in one go: the kernel flushes every route over the link as it goes down
@@ -622,5 +630,42 @@ async fn a_new_dhcp_route_metric_leaves_no_route_at_the_old_one() {
         .await;
     assert_eq!(seen.global4(), [LEASED]);
     assert_eq!(started.lock().unwrap().len(), 2, "the client restarted with the new metric");
+    h.stop().await;
+}
+
+/// DHCPv6 from the configuration (`dhcpOptions.ipv6`): the IA_NA address dnsmasq leases is
+/// in the kernel, and after a flap — which flushes every IPv6 address of the link, the
+/// link-local one the client speaks from included — it is there again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dhcpv6_address_flushed_by_a_flap_comes_back() {
+    let (node, peer) = wire();
+    ip(&peer, &["addr", "add", "fd00:9::1/64", "dev", "b", "nodad"]);
+    let _dnsmasq = Dnsmasq::start(&peer, &["--dhcp-range=fd00:9::100,fd00:9::1ff,64,2m"]);
+    let kernel = Kernel::new(&node);
+    let (h, _started) = node_pipeline(&node);
+    configure(&h, "      - interface: a\n        dhcp: true\n        dhcpOptions:\n          ipv6: true\n");
+    let leased6 = |k: &Seen| {
+        k.addresses
+            .iter()
+            .find(|a| {
+                a.prefix.len() == 128
+                    && matches!(a.prefix.addr(), IpAddr::V6(v6) if v6.segments()[..7] == [0xfd00, 9, 0, 0, 0, 0, 0]
+                    && (0x100..=0x1ff).contains(&v6.segments()[7]))
+            })
+            .map(|a| a.prefix)
+    };
+    let seen = kernel
+        .eventually("the IA_NA address and the IPv4 lease", |k| leased6(k).is_some() && k.address(LEASED).is_some())
+        .await;
+    let address = leased6(&seen).unwrap();
+
+    let batch = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(batch.path(), "link set dev a down\nlink set dev a up\n").unwrap();
+    ip(&node, &["-batch", batch.path().to_str().unwrap()]);
+    kernel
+        .eventually("an IA_NA address back after the flap", |k| leased6(k).is_some() && k.has_default("10.9.0.1", 1024))
+        .await;
+    let back = leased6(&kernel.now().await).unwrap();
+    assert_eq!(back, address, "the same address, which dnsmasq holds for the client");
     h.stop().await;
 }
