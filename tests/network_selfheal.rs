@@ -347,7 +347,8 @@ fn only_operator(started: &Started) -> Arc<Dhcp4Operator> {
 /// in the kernel: while it is configured the address carries the static metric (0) for its
 /// prefix route, not the lease's 1024; configured away again (DHCP still on), the lease's
 /// address is the one in force, with the lease's metric — the same client and lease
-/// throughout, never restarted.
+/// throughout, never restarted. Each change of hands sets the metric in place: the lease's
+/// default route through the address is never dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_address_beats_the_same_leased_one_and_removing_it_brings_the_lease_back() {
     let (node, peer) = wire();
@@ -369,13 +370,10 @@ async fn a_static_address_beats_the_same_leased_one_and_removing_it_brings_the_l
 
     // The same address configured statically, DHCP kept: the configuration wins.
     configure(&h, "      - interface: a\n        dhcp: true\n        addresses: [10.9.0.77/24]\n");
-    // (The address is replaced in the kernel, which drops the routes through it on the
-    // way: the lease's default route must come back too.)
-    let seen = kernel
-        .eventually("the static address, the lease's default route kept", |k| {
-            k.address(LEASED).is_some_and(|a| a.priority == 0) && k.has_default("10.9.0.1", 1024)
-        })
-        .await;
+    // Only the address's metric changes, in place: it is never off the link, so the
+    // lease's default route through it is there the moment the new metric is.
+    let seen = kernel.eventually("the static address", |k| k.address(LEASED).is_some_and(|a| a.priority == 0)).await;
+    assert!(seen.has_default("10.9.0.1", 1024), "the lease's default route kept: {:?}", seen.defaults4());
     assert_eq!(seen.global4(), [LEASED], "one address, not two");
     let merged = h
         .assert_eventually::<AddressSpec, _>(NAMESPACE, "a/10.9.0.77/24", "the configuration's address", |r| {
@@ -387,11 +385,9 @@ async fn a_static_address_beats_the_same_leased_one_and_removing_it_brings_the_l
 
     // The static address configured away: the lease's is back in the kernel.
     configure(&h, DHCP);
-    let seen = kernel
-        .eventually("the leased address again, and its default route", |k| {
-            k.address(LEASED).is_some_and(|a| a.priority == 1024) && k.has_default("10.9.0.1", 1024)
-        })
-        .await;
+    let seen =
+        kernel.eventually("the leased address again", |k| k.address(LEASED).is_some_and(|a| a.priority == 1024)).await;
+    assert!(seen.has_default("10.9.0.1", 1024), "the lease's default route kept: {:?}", seen.defaults4());
     assert_eq!(seen.global4(), [LEASED]);
     h.assert_eventually::<AddressSpec, _>(NAMESPACE, "a/10.9.0.77/24", "the lease's address merged", |r| {
         r.is_some_and(|r| r.spec().config_layer == ConfigLayer::Operator)
@@ -667,5 +663,36 @@ async fn a_dhcpv6_address_flushed_by_a_flap_comes_back() {
         .await;
     let back = leased6(&kernel.now().await).unwrap();
     assert_eq!(back, address, "the same address, which dnsmasq holds for the client");
+    h.stop().await;
+}
+
+/// Switched from DHCP to a static address that is the lease's own: the client is stopped
+/// and releases its lease (which takes its offer away), yet the address is in the kernel —
+/// now the configuration's, at the static metric (re-added for that, as any drifted
+/// address is) — and the lease's default route is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_to_the_leases_own_address_keeps_it() {
+    let (node, peer) = wire();
+    let dnsmasq = Dnsmasq::start(&peer, &[]);
+    let kernel = Kernel::new(&node);
+    let (h, started) = node_pipeline(&node);
+    configure(&h, DHCP);
+    kernel.eventually("the lease in the kernel", |k| k.address(LEASED).is_some_and(|a| a.priority == 1024)).await;
+    let operator = only_operator(&started);
+
+    configure(&h, "      - interface: a\n        addresses: [10.9.0.77/24]\n");
+    dnsmasq.logged("DHCPRELEASE(b)", 1).await;
+    status_until(&operator, "stopped", WAIT, |s| s.state == "stopped").await;
+    let seen = kernel
+        .eventually("the static address, no lease route", |k| {
+            k.address(LEASED).is_some_and(|a| a.priority == 0) && k.defaults4().is_empty()
+        })
+        .await;
+    assert_eq!(seen.global4(), [LEASED]);
+    h.assert_list::<OperatorSpec, _>(NAMESPACE, "no operator", |l| l.is_empty()).await;
+    h.assert_eventually::<AddressSpec, _>(NAMESPACE, "a/10.9.0.77/24", "the configuration's", |r| {
+        r.is_some_and(|r| r.spec().config_layer == ConfigLayer::MachineConfiguration)
+    })
+    .await;
     h.stop().await;
 }
