@@ -451,7 +451,8 @@ async fn switching_from_dhcp_to_static_leaves_no_lease_behind() {
     h.stop().await;
 }
 
-/// A leased address deleted behind machined's back comes back with its default route.
+/// A leased address deleted behind machined's back comes back with its default route, and
+/// so does the default route deleted alone.
 /// A DHCP link taken down and up behind machined's back gets its leased address and
 /// default route back: the kernel drops every route over a link that goes down, and whether the client merely kept its lease or was stopped with the link and leased
 /// again, the address and the lease's default route are in the kernel once the link is up.
@@ -476,6 +477,8 @@ async fn a_link_that_flaps_gets_its_lease_and_default_route_back() {
     kernel
         .eventually("the leased address back", |k| k.address(LEASED).is_some() && k.has_default("10.9.0.1", 1024))
         .await;
+    ip(&node, &["route", "del", "default", "via", "10.9.0.1"]);
+    kernel.eventually("the lease's default route back", |k| k.has_default("10.9.0.1", 1024)).await;
 
     // Down and up in one go: the kernel flushes every route over the link as it goes down
     // and restores none as it comes up, so a default route afterwards is one put back.
