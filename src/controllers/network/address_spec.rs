@@ -2,7 +2,10 @@
 //! and takes them off again when a spec goes away.
 //!
 //! Idempotent, as Talos's: an address already there with the wanted scope, managed flags
-//! and priority is left alone; one that drifted is deleted and added again; an address whose
+//! and priority is left alone; an IPv4 address whose priority alone drifted has it set in
+//! place, so that the address is never off the link and the routes through it stay (a
+//! static address taking over the same leased one changes only that); any other drift is
+//! deleted and added again, as Talos does for every drift; an address whose
 //! link does not exist yet waits, and is applied when the link appears. Woken by the link
 //! and address multicast groups, so an address deleted behind its back is added again. It
 //! holds each spec with a finalizer until the address is off the kernel. Nothing else: which
@@ -59,6 +62,8 @@ pub(crate) enum Step {
     /// Nothing: in place, or its link is not there (yet).
     Nothing,
     Add(netlink::Address),
+    /// Only the priority of an IPv4 address drifted: set it in place.
+    SetPriority(netlink::Address),
     /// Drifted: delete the kernel's, add the wanted.
     Replace {
         existing: netlink::Address,
@@ -80,6 +85,12 @@ pub(crate) fn step(
         (true, Some(existing)) => Step::Delete(existing.clone()),
         (true, None) => Step::Nothing,
         (false, Some(existing)) if matches(existing, &want) => Step::Nothing,
+        (false, Some(existing))
+            if want.family() == netlink::Family::Inet4
+                && matches(existing, &netlink::Address { priority: existing.priority, ..want.clone() }) =>
+        {
+            Step::SetPriority(want)
+        }
         (false, Some(existing)) => Step::Replace { existing: existing.clone(), want },
         (false, None) => Step::Add(want),
     }
@@ -89,6 +100,7 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
     match step {
         Step::Nothing => Ok(()),
         Step::Add(want) => netlink.add_address(&want).await,
+        Step::SetPriority(want) => netlink.set_address_priority(&want).await,
         Step::Replace { existing, want } => {
             netlink.delete_address(&existing).await?;
             netlink.add_address(&want).await
@@ -193,9 +205,21 @@ mod tests {
             "scope drift: replaced"
         );
         let metric = AddressSpec { priority: 50, ..eth0.clone() };
+        assert_eq!(
+            step(&metric, false, &links, std::slice::from_ref(&there)),
+            Step::SetPriority(wanted(&metric, 2)),
+            "IPv4 priority drift: set in place"
+        );
+        let both = netlink::Address { priority: 50, scope: Scope::LINK.0.into(), ..there.clone() };
         assert!(
-            matches!(step(&metric, false, &links, std::slice::from_ref(&there)), Step::Replace { .. }),
-            "priority drift"
+            matches!(step(&eth0, false, &links, std::slice::from_ref(&both)), Step::Replace { .. }),
+            "priority and scope drift: replaced"
+        );
+        let v6 = spec("eth0", "fd00::2/64");
+        let v6_there = netlink::Address { priority: 50, ..kernel(2, "fd00::2/64", permanent) };
+        assert!(
+            matches!(step(&v6, false, &links, std::slice::from_ref(&v6_there)), Step::Replace { .. }),
+            "IPv6 priority drift: replaced (the kernel cannot set it back to 0 in place)"
         );
         assert_eq!(
             step(&eth0, true, &links, std::slice::from_ref(&there)),

@@ -134,6 +134,21 @@ impl Netlink {
         }
     }
 
+    /// Sets the metric of an IPv4 `address` already on its link in place (RTM_NEWADDR with
+    /// NLM_F_REPLACE: the kernel moves the prefix route to the new metric, adding the new
+    /// one before deleting the old). Nothing else of the address changes, and it is never
+    /// off the link, so routes through it stay. IPv6 cannot set a metric back to 0 this way.
+    pub async fn set_address_priority(&self, address: &Address) -> Result<(), NetlinkError> {
+        let mut request =
+            self.handle().address().add(address.link_index, address.prefix.addr(), address.prefix.len()).replace();
+        let msg = request.message_mut();
+        msg.header.scope = u8::from(address.scope).into();
+        if address.priority != 0 {
+            msg.attributes.push(AddressAttribute::RoutePriority(address.priority));
+        }
+        request.execute().await.map_err(|e| address_error("setting the metric of", address, kernel_error(e)))
+    }
+
     /// Deletes `address` (matched by link, address and prefix length); absent is success, and
     /// so is a link that is gone.
     pub async fn delete_address(&self, address: &Address) -> Result<(), NetlinkError> {
