@@ -85,6 +85,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(RouteStatusController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(HostnameSpecController::new(crate::kernel::uts::UtsTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(HostnameStatusController::new(crate::kernel::uts::UtsTarget::Node))));
+    // OperatorMergeController is among the merge controllers above.
+    all.push((Scope::NodeOnly, Box::new(OperatorSpecController::new(NetworkTarget::Node))));
     all
 }
 

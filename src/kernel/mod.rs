@@ -18,6 +18,7 @@ pub mod netlink;
 pub mod netns;
 pub mod power;
 pub mod procfs;
+pub mod udp;
 pub mod uts;
 
 /// The resident set size of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`, or

@@ -1,6 +1,8 @@
 //! The networking controllers: config sources writing layered candidates into
 //! `network-config`, the merge into `network`, the Spec controllers that push the merged
-//! specs to the kernel and the Status controllers that mirror the kernel back.
+//! specs to the kernel and the Status controllers that mirror the kernel back; and the
+//! operators (DHCPv4, DHCPv6), run by OperatorSpecController, whose leases re-enter
+//! `network-config` at the operator layer.
 //!
 //! Only the Spec and Status controllers reach the kernel, and only through rtnetlink in the
 //! network namespace their [`NetworkTarget`] names: the node's own on a node, a fresh one in
@@ -14,6 +16,7 @@ mod hostname_status;
 mod link_spec;
 mod link_status;
 mod merge;
+mod operator_spec;
 mod route_spec;
 mod route_status;
 
@@ -25,9 +28,10 @@ pub use hostname_status::HostnameStatusController;
 pub use link_spec::{LinkSpecController, LinkSpecError};
 pub use link_status::LinkStatusController;
 pub use merge::{
-    AddressMergeController, HostnameMergeController, LinkMergeController, ResolverMergeController,
-    RouteMergeController, TimeServerMergeController, merge_controllers,
+    AddressMergeController, HostnameMergeController, LinkMergeController, OperatorMergeController,
+    ResolverMergeController, RouteMergeController, TimeServerMergeController, merge_controllers,
 };
+pub use operator_spec::{OperatorFactory, OperatorSpecController};
 pub use route_spec::{RTNH_F_ONLINK, RouteSpecController};
 pub use route_status::RouteStatusController;
 
@@ -50,6 +54,14 @@ impl NetworkTarget {
         match self {
             NetworkTarget::Node => Netlink::connect(),
             NetworkTarget::Namespace(ns) => Netlink::connect_in(ns),
+        }
+    }
+
+    /// The namespace handed in, if any (`None`: the caller's own).
+    pub fn namespace(&self) -> Option<&NetNs> {
+        match self {
+            NetworkTarget::Node => None,
+            NetworkTarget::Namespace(ns) => Some(ns),
         }
     }
 
