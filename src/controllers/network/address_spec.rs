@@ -13,11 +13,18 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
 use crate::cosi::{Context, Controller, EventSource, Input, Output, Phase, Pointer, ReconcileError, Resource};
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
 use crate::resources::network::{AddressFlags, AddressSpec, NAMESPACE};
 
 use super::{Connection, NetworkTarget};
+
+/// How many netlink requests a reconcile keeps in flight at once (the socket's receive
+/// buffer holds many more acks than this).
+pub(crate) const IN_FLIGHT: usize = 64;
 
 pub struct AddressSpecController {
     connection: Connection,
@@ -72,15 +79,27 @@ pub(crate) enum Step {
     Delete(netlink::Address),
 }
 
+/// The kernel's addresses by link and prefix, listed once per reconcile, so each spec's
+/// lookup is O(1) rather than a scan (a thousand addresses would make a reconcile O(N²)).
+pub(crate) type KernelAddresses = HashMap<(u32, netlink::IpPrefix), netlink::Address>;
+
+pub(crate) fn index_addresses(kernel: Vec<netlink::Address>) -> KernelAddresses {
+    let mut by_key = KernelAddresses::with_capacity(kernel.len());
+    for a in kernel {
+        by_key.entry((a.link_index, a.prefix)).or_insert(a);
+    }
+    by_key
+}
+
 pub(crate) fn step(
     spec: &AddressSpec,
     tearing_down: bool,
     links: &HashMap<String, u32>,
-    kernel: &[netlink::Address],
+    kernel: &KernelAddresses,
 ) -> Step {
     let Some(&index) = links.get(&spec.link_name) else { return Step::Nothing };
     let want = wanted(spec, index);
-    let existing = kernel.iter().find(|a| a.link_index == index && a.prefix == want.prefix);
+    let existing = kernel.get(&(index, want.prefix));
     match (tearing_down, existing) {
         (true, Some(existing)) => Step::Delete(existing.clone()),
         (true, None) => Step::Nothing,
@@ -109,15 +128,42 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
     }
 }
 
+/// Runs the steps with up to [`IN_FLIGHT`] of them at once on the one socket; each comes back
+/// with its spec, whether it was tearing down, and how it went.
+async fn run_all<'a>(
+    netlink: &'a Netlink,
+    steps: Vec<(&'a Resource<AddressSpec>, bool, Step)>,
+) -> Vec<(&'a Resource<AddressSpec>, bool, Result<(), NetlinkError>)> {
+    let mut steps = steps.into_iter();
+    let mut pending = FuturesUnordered::new();
+    let mut done = Vec::new();
+    loop {
+        while pending.len() < IN_FLIGHT {
+            let Some((spec, tearing_down, step)) = steps.next() else { break };
+            pending.push(async move { (spec, tearing_down, run_step(netlink, step).await) });
+        }
+        match pending.next().await {
+            Some(outcome) => done.push(outcome),
+            None => return done,
+        }
+    }
+}
+
 impl AddressSpecController {
     async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<AddressSpec>]) -> Result<(), NetlinkError> {
         let netlink = self.connection.get()?;
         let links: HashMap<String, u32> = netlink.links().await?.into_iter().map(|l| (l.name, l.index)).collect();
-        let kernel = netlink.addresses(None).await?;
-        for spec in specs {
+        let kernel = index_addresses(netlink.addresses(None).await?);
+        let steps = specs.iter().map(|spec| {
             let tearing_down = spec.metadata().phase == Phase::TearingDown;
+            (spec, tearing_down, step(spec.spec(), tearing_down, &links, &kernel))
+        });
+        // Up to IN_FLIGHT requests at once on the one socket, rather than one round trip
+        // after another: a thousand addresses are a thousand acks to wait for.
+        let done = run_all(netlink, steps.collect()).await;
+        for (spec, tearing_down, outcome) in done {
             let key = Pointer::of::<AddressSpec>(NAMESPACE, spec.id());
-            match run_step(netlink, step(spec.spec(), tearing_down, &links, &kernel)).await {
+            match outcome {
                 Ok(()) if tearing_down => {
                     if let Err(e) = ctx.release(spec) {
                         ctx.fail_key(key, e);
@@ -169,6 +215,11 @@ mod tests {
 
     fn spec(link: &str, prefix: &str) -> AddressSpec {
         AddressSpec::static_address(link, prefix.parse().unwrap(), ConfigLayer::Cmdline)
+    }
+
+    /// The decision over a listing, as `sync` makes it.
+    fn step(spec: &AddressSpec, tearing_down: bool, links: &HashMap<String, u32>, kernel: &[netlink::Address]) -> Step {
+        super::step(spec, tearing_down, links, &index_addresses(kernel.to_vec()))
     }
 
     fn kernel(index: u32, prefix: &str, flags: u32) -> netlink::Address {

@@ -13,11 +13,14 @@
 
 use std::collections::HashMap;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+
 use crate::cosi::{Context, Controller, EventSource, Input, Output, Phase, Pointer, ReconcileError, Resource};
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
 use crate::resources::network::{DEFAULT_ROUTE_METRIC, Family, NAMESPACE, RouteSpec, RouteType};
 
-use super::address_spec::kernel_prefix;
+use super::address_spec::{IN_FLIGHT, kernel_prefix};
 use super::{Connection, NetworkTarget};
 
 /// `RTNH_F_ONLINK` in a spec's flags (`rtm_flags`, as Talos sends them): the gateway is on
@@ -112,19 +115,28 @@ pub(crate) struct Step {
     pub add: Option<netlink::Route>,
 }
 
+/// The kernel's routes by what [`is_match`] compares but the metric (destination — and with
+/// it the family —, gateway, table), listed once per reconcile, so each spec looks at the
+/// few routes that can match rather than scanning them all (O(N²) for a thousand routes).
+pub(crate) type KernelRoutes = HashMap<(netlink::IpPrefix, Option<std::net::IpAddr>, u32), Vec<netlink::Route>>;
+
+pub(crate) fn index_routes(kernel: Vec<netlink::Route>) -> KernelRoutes {
+    let mut by_key = KernelRoutes::with_capacity(kernel.len());
+    for r in kernel {
+        by_key.entry((r.destination, r.gateway, r.table)).or_default().push(r);
+    }
+    by_key
+}
+
 /// The pure decision for one spec, given the kernel's links (name → index) and routes.
-pub(crate) fn step(
-    spec: &RouteSpec,
-    tearing_down: bool,
-    links: &HashMap<String, u32>,
-    kernel: &[netlink::Route],
-) -> Step {
+pub(crate) fn step(spec: &RouteSpec, tearing_down: bool, links: &HashMap<String, u32>, kernel: &KernelRoutes) -> Step {
     let (want, complete) = wanted(spec, links);
     if !tearing_down && !complete {
         // A link it names is not there (yet): applied when it appears.
         return Step::default();
     }
-    let matching: Vec<&netlink::Route> = kernel.iter().filter(|r| is_match(r, &want)).collect();
+    let candidates = kernel.get(&(want.destination, want.gateway, want.table)).map(Vec::as_slice).unwrap_or_default();
+    let matching: Vec<&netlink::Route> = candidates.iter().filter(|r| is_match(r, &want)).collect();
     if tearing_down {
         return Step { delete: matching.into_iter().cloned().collect(), add: None };
     }
@@ -145,15 +157,43 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
     Ok(())
 }
 
+/// Runs the steps with up to [`IN_FLIGHT`] of them at once on the one socket; each comes back
+/// with its spec, whether it was tearing down, and how it went.
+async fn run_all<'a>(
+    netlink: &'a Netlink,
+    steps: Vec<(&'a Resource<RouteSpec>, bool, Step)>,
+) -> Vec<(&'a Resource<RouteSpec>, bool, Result<(), NetlinkError>)> {
+    let mut steps = steps.into_iter();
+    let mut pending = FuturesUnordered::new();
+    let mut done = Vec::new();
+    loop {
+        while pending.len() < IN_FLIGHT {
+            let Some((spec, tearing_down, step)) = steps.next() else { break };
+            pending.push(async move { (spec, tearing_down, run_step(netlink, step).await) });
+        }
+        match pending.next().await {
+            Some(outcome) => done.push(outcome),
+            None => return done,
+        }
+    }
+}
+
 impl RouteSpecController {
     async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<RouteSpec>]) -> Result<(), NetlinkError> {
         let netlink = self.connection.get()?;
         let links: HashMap<String, u32> = netlink.links().await?.into_iter().map(|l| (l.name, l.index)).collect();
-        let kernel = netlink.routes(None).await?;
-        for spec in specs {
+        let kernel = index_routes(netlink.routes(None).await?);
+        let steps = specs.iter().map(|spec| {
             let tearing_down = spec.metadata().phase == Phase::TearingDown;
+            (spec, tearing_down, step(spec.spec(), tearing_down, &links, &kernel))
+        });
+        // Many requests in flight on the one socket rather than one round trip after another.
+        // A route whose gateway another spec's route makes reachable may fail this once; it
+        // is retried when that route's event wakes the next reconcile.
+        let done = run_all(netlink, steps.collect()).await;
+        for (spec, tearing_down, outcome) in done {
             let key = Pointer::of::<RouteSpec>(NAMESPACE, spec.id());
-            match run_step(netlink, step(spec.spec(), tearing_down, &links, &kernel)).await {
+            match outcome {
                 Ok(()) if tearing_down => {
                     if let Err(e) = ctx.release(spec) {
                         ctx.fail_key(key, e);
@@ -202,6 +242,11 @@ impl Controller for RouteSpecController {
 mod tests {
     use super::*;
     use crate::resources::network::{ConfigLayer, RouteFlags, RouteNextHop, RouteProtocol, RoutingTable, Scope};
+
+    /// The decision over a listing, as `sync` makes it.
+    fn step(spec: &RouteSpec, tearing_down: bool, links: &HashMap<String, u32>, kernel: &[netlink::Route]) -> Step {
+        super::step(spec, tearing_down, links, &index_routes(kernel.to_vec()))
+    }
 
     fn default_via(gw: &str, link: &str) -> RouteSpec {
         let mut spec = RouteSpec {
