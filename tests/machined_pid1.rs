@@ -51,7 +51,7 @@ impl Node {
         let root = std::env::temp_dir().join(format!("talosbox-pid1-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
         let mut script = String::from("set -e\n");
-        script += &format!("mount -t tmpfs -o size=256m tmpfs {r}\ncd {r}\n", r = root.display());
+        script += &format!("mount -t tmpfs -o size=1g tmpfs {r}\ncd {r}\n", r = root.display());
         script += "mkdir -p sbin proc dev run tmp var\n";
         for lib in closure(&bin) {
             script +=

@@ -91,7 +91,19 @@ fn create_forwards_ports_and_destroy_stops_everything() {
     let disk = root.join("empty.raw");
     let s = state.to_string_lossy().to_string();
     let d = disk.to_string_lossy().to_string();
-    let out = talosctl(&["cluster", "create", "--name", "two", "--state", &s, "--disk-image", &d, "--workers", "1"]);
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--skip-config",
+        "--name",
+        "two",
+        "--state",
+        &s,
+        "--disk-image",
+        &d,
+        "--workers",
+        "1",
+    ]);
     assert!(out.status.success(), "{}", text(&out));
     let printed = text(&out);
     let dir = state.join("two");
@@ -121,7 +133,7 @@ fn create_forwards_ports_and_destroy_stops_everything() {
     assert_eq!(shown.matches("running (QEMU pid").count(), 2, "{shown}");
     assert!(shown.contains("two-worker-1 "), "{shown}");
 
-    let again = talosctl(&["cluster", "create", "--name", "two", "--state", &s, "--disk-image", &d]);
+    let again = talosctl(&["cluster", "create", "--skip-config", "--name", "two", "--state", &s, "--disk-image", &d]);
     assert!(!again.status.success());
     assert!(text(&again).contains("already exists"), "{}", text(&again));
 
@@ -155,6 +167,7 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
     let out = talosctl(&[
         "cluster",
         "create",
+        "--skip-config",
         "--name",
         "tpm",
         "--state",
@@ -205,6 +218,7 @@ fn wait_times_out_with_the_serial_log_path_and_tail() {
     let out = talosctl(&[
         "cluster",
         "create",
+        "--skip-config",
         "--name",
         "wait",
         "--state",
@@ -225,11 +239,20 @@ fn wait_times_out_with_the_serial_log_path_and_tail() {
 
 #[test]
 fn bad_flags_are_one_clear_error() {
-    let out = talosctl(&["cluster", "create", "--name", "Bad_Name"]);
+    let out = talosctl(&["cluster", "create", "--skip-config", "--name", "Bad_Name"]);
     assert!(!out.status.success());
     assert!(text(&out).contains("invalid cluster name \"Bad_Name\""), "{}", text(&out));
-    let out =
-        talosctl(&["cluster", "create", "--name", "x", "--artifacts", "/nonexistent", "--state", "/tmp/tbp-none"]);
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--skip-config",
+        "--name",
+        "x",
+        "--artifacts",
+        "/nonexistent",
+        "--state",
+        "/tmp/tbp-none",
+    ]);
     assert!(!out.status.success());
     assert!(text(&out).contains("/nonexistent/vmlinuz does not exist"), "{}", text(&out));
     assert!(!Path::new("/tmp/tbp-none/x").exists(), "a failed create must leave nothing behind");
@@ -241,7 +264,19 @@ fn a_qemu_that_will_not_start_is_one_error_and_leaves_nothing_behind() {
     let state = root.join("s");
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
-    let out = talosctl(&["cluster", "create", "--name", "acc", "--state", &s, "--disk-image", &d, "--accel", "bogus"]);
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--skip-config",
+        "--name",
+        "acc",
+        "--state",
+        &s,
+        "--disk-image",
+        &d,
+        "--accel",
+        "bogus",
+    ]);
     assert!(!out.status.success());
     let t = text(&out);
     assert!(t.contains("starting node acc-controlplane-1: QEMU exited with exit status: 1"), "{t}");
@@ -257,7 +292,7 @@ fn graceful_destroy_falls_back_to_quit_when_nothing_answers_the_power_button() {
     let guard = Cluster { names: &["grace"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let d = root.join("empty.raw").to_string_lossy().to_string();
-    let out = talosctl(&["cluster", "create", "--name", "grace", "--state", &s, "--disk-image", &d]);
+    let out = talosctl(&["cluster", "create", "--skip-config", "--name", "grace", "--state", &s, "--disk-image", &d]);
     assert!(out.status.success(), "{}", text(&out));
     let pid = std::fs::read_to_string(state.join("grace/grace-controlplane-1.pid")).unwrap();
     // No OS on the empty disk: nobody handles ACPI, so the node keeps running.
@@ -283,7 +318,7 @@ fn destroy_leaves_another_clusters_qemu_that_reused_a_stale_pid() {
     let d = root.join("empty.raw").to_string_lossy().to_string();
     let guard = Cluster { names: &["mine", "other"], state: state.clone() };
     for name in ["mine", "other"] {
-        let out = talosctl(&["cluster", "create", "--name", name, "--state", &s, "--disk-image", &d]);
+        let out = talosctl(&["cluster", "create", "--skip-config", "--name", name, "--state", &s, "--disk-image", &d]);
         assert!(out.status.success(), "{}", text(&out));
     }
     let mine = state.join("mine/mine-controlplane-1.pid");
@@ -326,7 +361,18 @@ fn concurrent_creates_of_one_name_make_one_cluster() {
     let children: Vec<_> = (0..4)
         .map(|_| {
             Command::new(bin())
-                .args(["talosctl", "cluster", "create", "--name", "race", "--state", &s, "--disk-image", &d])
+                .args([
+                    "talosctl",
+                    "cluster",
+                    "create",
+                    "--skip-config",
+                    "--name",
+                    "race",
+                    "--state",
+                    &s,
+                    "--disk-image",
+                    &d,
+                ])
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
