@@ -13,18 +13,12 @@
 
 use std::collections::HashMap;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
-
-use crate::cosi::{Context, Controller, EventSource, Input, Output, Phase, Pointer, ReconcileError, Resource};
+use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, Resource};
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
 use crate::resources::network::{AddressFlags, AddressSpec, NAMESPACE};
 
+use super::spec_apply::{hold_running, run_all, settle, tearing_down};
 use super::{Connection, NetworkTarget};
-
-/// How many netlink requests a reconcile keeps in flight at once (the socket's receive
-/// buffer holds many more acks than this).
-pub(crate) const IN_FLIGHT: usize = 64;
 
 pub struct AddressSpecController {
     connection: Connection,
@@ -128,50 +122,20 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
     }
 }
 
-/// Runs the steps with up to [`IN_FLIGHT`] of them at once on the one socket; each comes back
-/// with its spec, whether it was tearing down, and how it went.
-async fn run_all<'a>(
-    netlink: &'a Netlink,
-    steps: Vec<(&'a Resource<AddressSpec>, bool, Step)>,
-) -> Vec<(&'a Resource<AddressSpec>, bool, Result<(), NetlinkError>)> {
-    let mut steps = steps.into_iter();
-    let mut pending = FuturesUnordered::new();
-    let mut done = Vec::new();
-    loop {
-        while pending.len() < IN_FLIGHT {
-            let Some((spec, tearing_down, step)) = steps.next() else { break };
-            pending.push(async move { (spec, tearing_down, run_step(netlink, step).await) });
-        }
-        match pending.next().await {
-            Some(outcome) => done.push(outcome),
-            None => return done,
-        }
-    }
-}
-
 impl AddressSpecController {
     async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<AddressSpec>]) -> Result<(), NetlinkError> {
         let netlink = self.connection.get()?;
         let links: HashMap<String, u32> = netlink.links().await?.into_iter().map(|l| (l.name, l.index)).collect();
         let kernel = index_addresses(netlink.addresses(None).await?);
-        let steps = specs.iter().map(|spec| {
-            let tearing_down = spec.metadata().phase == Phase::TearingDown;
-            (spec, tearing_down, step(spec.spec(), tearing_down, &links, &kernel))
-        });
-        // Up to IN_FLIGHT requests at once on the one socket, rather than one round trip
-        // after another: a thousand addresses are a thousand acks to wait for.
-        let done = run_all(netlink, steps.collect()).await;
-        for (spec, tearing_down, outcome) in done {
-            let key = Pointer::of::<AddressSpec>(NAMESPACE, spec.id());
-            match outcome {
-                Ok(()) if tearing_down => {
-                    if let Err(e) = ctx.release(spec) {
-                        ctx.fail_key(key, e);
-                    }
-                }
-                Ok(()) => {}
-                Err(e) => ctx.fail_key(key, e),
-            }
+        let steps = specs
+            .iter()
+            .map(|spec| {
+                let going = tearing_down(spec);
+                (spec, going, step(spec.spec(), going, &links, &kernel))
+            })
+            .collect();
+        for (spec, going, outcome) in run_all(steps, |step| run_step(netlink, step)).await {
+            settle(ctx, spec, going, outcome);
         }
         Ok(())
     }
@@ -197,9 +161,7 @@ impl Controller for AddressSpecController {
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let specs = ctx.list::<AddressSpec>(NAMESPACE)?;
-        for spec in specs.iter().filter(|s| s.is_running()) {
-            ctx.hold(spec)?;
-        }
+        hold_running(ctx, &specs)?;
         if let Err(e) = self.sync(ctx, &specs).await {
             self.connection.reset();
             return Err(e.into());

@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 
-use crate::cosi::{Context, Controller, EventSource, Input, Output, Phase, Pointer, ReconcileError, Resource};
+use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, Resource};
 use crate::kernel::netlink::{
     BondSettings, BridgeSettings, Groups, Link, LinkData, LinkKind, Netlink, NetlinkError, VlanInfo, VlanProtocol,
 };
@@ -22,6 +22,7 @@ use crate::resources::network::{
     LinkSpec, NAMESPACE,
 };
 
+use super::spec_apply::{hold_running, settle, tearing_down};
 use super::{Connection, NetworkTarget};
 
 #[derive(Debug, thiserror::Error)]
@@ -392,21 +393,14 @@ impl LinkSpecController {
         let mut links = netlink.links().await?;
         // Links whose specs went first (as Talos), then the wanted ones in dependency order.
         let (going, staying): (Vec<&Resource<LinkSpec>>, Vec<&Resource<LinkSpec>>) =
-            specs.iter().partition(|s| s.metadata().phase == Phase::TearingDown);
+            specs.iter().partition(|s| tearing_down(s));
         let staying_specs: Vec<&LinkSpec> = staying.iter().map(|s| s.spec()).collect();
         let ordered = going.iter().copied().chain(apply_order(&staying_specs).into_iter().map(|i| staying[i]));
+        // One at a time: each change is listed back before the next spec is judged.
         for spec in ordered {
-            let tearing_down = spec.metadata().phase == Phase::TearingDown;
-            let key = Pointer::of::<LinkSpec>(NAMESPACE, spec.id());
-            match apply(netlink, spec.spec(), tearing_down, &mut links).await {
-                Ok(()) if tearing_down => {
-                    if let Err(e) = ctx.release(spec) {
-                        ctx.fail_key(key, e);
-                    }
-                }
-                Ok(()) => {}
-                Err(e) => ctx.fail_key(key, e),
-            }
+            let going = tearing_down(spec);
+            let outcome = apply(netlink, spec.spec(), going, &mut links).await;
+            settle(ctx, spec, going, outcome);
         }
         Ok(())
     }
@@ -432,9 +426,7 @@ impl Controller for LinkSpecController {
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let specs = ctx.list::<LinkSpec>(NAMESPACE)?;
-        for spec in specs.iter().filter(|s| s.is_running()) {
-            ctx.hold(spec)?;
-        }
+        hold_running(ctx, &specs)?;
         if let Err(e) = self.sync(ctx, &specs).await {
             self.connection.reset();
             return Err(e.into());

@@ -33,6 +33,7 @@ mod resolver_spec;
 mod route_config;
 mod route_spec;
 mod route_status;
+mod spec_apply;
 mod time_sync;
 mod timeserver_config;
 mod timeserver_spec;
