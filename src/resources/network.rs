@@ -522,6 +522,13 @@ pub struct IpPrefix {
     bits: u8,
 }
 
+/// The kernel's prefix holds the same invariant, so it converts without a check.
+impl From<&crate::kernel::netlink::IpPrefix> for IpPrefix {
+    fn from(p: &crate::kernel::netlink::IpPrefix) -> IpPrefix {
+        IpPrefix { addr: p.addr(), bits: p.len() }
+    }
+}
+
 impl IpPrefix {
     pub fn new(addr: IpAddr, bits: u8) -> Result<IpPrefix, NetworkValueError> {
         let max = max_bits(&addr);

@@ -33,7 +33,7 @@ impl AddressSpecController {
 
 /// The kernel's form of a spec's address.
 pub(crate) fn kernel_prefix(prefix: &crate::resources::network::IpPrefix) -> netlink::IpPrefix {
-    netlink::IpPrefix::new(prefix.addr(), prefix.bits()).expect("a valid prefix stays valid")
+    netlink::IpPrefix::from(prefix)
 }
 
 /// What the kernel must hold for `spec` on link `link_index`.

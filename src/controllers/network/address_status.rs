@@ -24,7 +24,7 @@ impl AddressStatusController {
 
 /// The status of one kernel address on the link named `link_name`.
 pub(crate) fn address_status(address: &netlink::Address, link_name: &str) -> AddressStatus {
-    let prefix = IpPrefix::new(address.prefix.addr(), address.prefix.len()).expect("a kernel prefix is valid");
+    let prefix = IpPrefix::from(&address.prefix);
     AddressStatus {
         address: prefix,
         local: None,

@@ -30,8 +30,7 @@ impl RouteStatusController {
 /// The status of one kernel route, its links named as `names` says.
 pub(crate) fn route_status(route: &netlink::Route, names: &HashMap<u32, String>) -> RouteStatus {
     let name = |index: u32| names.get(&index).cloned().unwrap_or_default();
-    let destination = (!route.destination.is_empty())
-        .then(|| IpPrefix::new(route.destination.addr(), route.destination.len()).expect("a kernel prefix is valid"));
+    let destination = (!route.destination.is_empty()).then(|| IpPrefix::from(&route.destination));
     RouteStatus {
         family: match route.family() {
             netlink::Family::Inet4 => Family::INET4,

@@ -90,6 +90,15 @@ pub enum PrefixError {
     TooLong { len: u8, family: Family },
 }
 
+/// The resources' prefix holds the same invariant (a length within its family's), so the
+/// two convert both ways without a check that could fail (the other way is in
+/// `resources::network`).
+impl From<&crate::resources::network::IpPrefix> for IpPrefix {
+    fn from(p: &crate::resources::network::IpPrefix) -> IpPrefix {
+        IpPrefix { addr: p.addr(), len: p.bits() }
+    }
+}
+
 impl IpPrefix {
     pub fn new(addr: IpAddr, len: u8) -> Result<IpPrefix, PrefixError> {
         let family = Family::of(&addr);
