@@ -51,6 +51,47 @@ impl std::fmt::Debug for Notifier {
     }
 }
 
+/// What an operator currently offers, shared between its run and the spec controller that
+/// reads it: replaced whole, read as one snapshot.
+#[derive(Debug, Default)]
+pub struct Offer(std::sync::Mutex<OperatorSpecs>);
+
+impl Offer {
+    /// Replaces the offer and says so.
+    pub fn set(&self, specs: OperatorSpecs, notify: &Notifier) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = specs;
+        notify.notify();
+    }
+
+    pub fn get(&self) -> OperatorSpecs {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Runs `session` until one ends cleanly (the operator was stopped) or `stop` fires. A session
+/// that fails withdraws the offer (`withdraw`), is logged and is started again after a back-off
+/// of 1 s doubling to 30 s: a protocol client never gives up on its link.
+pub async fn run_sessions<E, Fut>(stop: &CancellationToken, mut session: impl FnMut() -> Fut, withdraw: impl Fn())
+where
+    E: std::fmt::Display,
+    Fut: std::future::Future<Output = Result<(), E>>,
+{
+    let backoff =
+        crate::cosi::Backoff { initial: std::time::Duration::from_secs(1), max: std::time::Duration::from_secs(30) };
+    let mut delay = None;
+    loop {
+        let Err(e) = session().await else { return };
+        let wait = backoff.next(delay);
+        delay = Some(wait);
+        tracing::warn!(retry_in = ?wait, "{e}");
+        withdraw();
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
 /// A running config source for one link.
 #[async_trait::async_trait]
 pub trait Operator: Send + Sync + 'static {

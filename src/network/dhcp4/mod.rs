@@ -13,17 +13,14 @@ pub mod packet;
 pub mod specs;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Mutex;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cosi::Backoff;
 use crate::kernel::netlink::{Netlink, NetlinkError};
 use crate::kernel::netns::NetNs;
-use crate::network::operator::{Notifier, Operator, OperatorSpecs};
+use crate::network::operator::{Notifier, Offer, Operator, OperatorSpecs, run_sessions};
 use crate::resources::network::{ClientIdentifier, ClientIdentifierSpec, Dhcp4OperatorSpec};
 
 use machine::{Action, ClientConfig, Destination, Event, State};
@@ -67,7 +64,7 @@ pub struct Dhcp4Operator {
     netns: Option<NetNs>,
     link_name: String,
     spec: Dhcp4OperatorSpec,
-    offer: Mutex<OperatorSpecs>,
+    offer: Offer,
     status: watch::Sender<Dhcp4Status>,
 }
 
@@ -78,7 +75,7 @@ impl Dhcp4Operator {
             netns,
             link_name: link_name.to_string(),
             spec,
-            offer: Mutex::new(OperatorSpecs::default()),
+            offer: Offer::default(),
             status: watch::Sender::new(Dhcp4Status::default()),
         }
     }
@@ -86,11 +83,6 @@ impl Dhcp4Operator {
     /// Watches where the client stands.
     pub fn status(&self) -> watch::Receiver<Dhcp4Status> {
         self.status.subscribe()
-    }
-
-    fn set_offer(&self, specs: OperatorSpecs, notify: &Notifier) {
-        *self.offer.lock().unwrap_or_else(|p| p.into_inner()) = specs;
-        notify.notify();
     }
 
     fn netlink(&self) -> Result<Netlink, NetlinkError> {
@@ -154,7 +146,7 @@ impl Dhcp4Operator {
                             use_hostname: !self.spec.skip_hostname_request,
                             use_routes: !self.spec.skip_routes,
                         };
-                        self.set_offer(specs::lease_specs(&lease.ack, lease.prefix_len, options), notify);
+                        self.offer.set(specs::lease_specs(&lease.ack, lease.prefix_len, options), notify);
                         self.status.send_modify(|s| {
                             s.acks += 1;
                             s.address = Some(lease.address);
@@ -162,7 +154,7 @@ impl Dhcp4Operator {
                     }
                     Action::Expired => {
                         tracing::info!(link = %link, "DHCPv4 lease gone");
-                        self.set_offer(OperatorSpecs::default(), notify);
+                        self.offer.set(OperatorSpecs::default(), notify);
                         self.status.send_modify(|s| s.address = None);
                     }
                     Action::Stopped => {
@@ -287,23 +279,8 @@ pub(crate) fn random_u32() -> u32 {
 #[async_trait::async_trait]
 impl Operator for Dhcp4Operator {
     async fn run(&self, stop: CancellationToken, notify: Notifier) {
-        let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(30) };
-        let mut delay = None;
-        loop {
-            match self.session(&stop, &notify).await {
-                Ok(()) => return,
-                Err(e) => {
-                    let wait = backoff.next(delay);
-                    delay = Some(wait);
-                    tracing::warn!(retry_in = ?wait, "{e}");
-                    self.set_offer(OperatorSpecs::default(), &notify);
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-            }
-        }
+        run_sessions(&stop, || self.session(&stop, &notify), || self.offer.set(OperatorSpecs::default(), &notify))
+            .await;
     }
 
     fn prefix(&self) -> String {
@@ -311,7 +288,7 @@ impl Operator for Dhcp4Operator {
     }
 
     fn specs(&self) -> OperatorSpecs {
-        self.offer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.offer.get()
     }
 }
 

@@ -11,18 +11,16 @@ pub mod machine;
 pub mod packet;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV6};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::cosi::Backoff;
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError, NetlinkEvents, address_flags};
 use crate::kernel::netns::NetNs;
 use crate::network::dhcp4::{decode_hex, random_u32};
-use crate::network::operator::{Notifier, Operator, OperatorSpecs};
+use crate::network::operator::{Notifier, Offer, Operator, OperatorSpecs, run_sessions};
 use crate::resources::network::{
     AddressSpec, ClientIdentifier, ClientIdentifierSpec, ConfigLayer, Dhcp6OperatorSpec, HostnameSpec, IpPrefix,
     ResolverSpec, TimeServerSpec,
@@ -69,7 +67,7 @@ pub struct Dhcp6Operator {
     netns: Option<NetNs>,
     link_name: String,
     spec: Dhcp6OperatorSpec,
-    offer: Mutex<OperatorSpecs>,
+    offer: Offer,
     status: watch::Sender<Dhcp6Status>,
 }
 
@@ -146,18 +144,13 @@ impl Dhcp6Operator {
             netns,
             link_name: link_name.to_string(),
             spec,
-            offer: Mutex::new(OperatorSpecs::default()),
+            offer: Offer::default(),
             status: watch::Sender::new(Dhcp6Status::default()),
         }
     }
 
     pub fn status(&self) -> watch::Receiver<Dhcp6Status> {
         self.status.subscribe()
-    }
-
-    fn set_offer(&self, specs: OperatorSpecs, notify: &Notifier) {
-        *self.offer.lock().unwrap_or_else(|p| p.into_inner()) = specs;
-        notify.notify();
     }
 
     fn netlink_error(&self) -> impl Fn(NetlinkError) -> Dhcp6Error + '_ {
@@ -245,7 +238,7 @@ impl Dhcp6Operator {
                     Action::Bound(lease) => {
                         tracing::info!(link = %link, address = %lease.address, valid = ?lease.valid, renew_in = ?lease.t1, "DHCPv6 REPLY");
                         let use_hostname = !self.spec.skip_hostname_request;
-                        self.set_offer(lease_specs(&lease, &link, use_hostname), notify);
+                        self.offer.set(lease_specs(&lease, &link, use_hostname), notify);
                         self.status.send_modify(|s| {
                             s.replies += 1;
                             s.address = Some(lease.address);
@@ -253,7 +246,7 @@ impl Dhcp6Operator {
                     }
                     Action::Expired => {
                         tracing::info!(link = %link, "DHCPv6 lease gone");
-                        self.set_offer(OperatorSpecs::default(), notify);
+                        self.offer.set(OperatorSpecs::default(), notify);
                         self.status.send_modify(|s| s.address = None);
                     }
                     Action::Stopped => {
@@ -307,23 +300,8 @@ impl Dhcp6Operator {
 #[async_trait::async_trait]
 impl Operator for Dhcp6Operator {
     async fn run(&self, stop: CancellationToken, notify: Notifier) {
-        let backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(30) };
-        let mut delay = None;
-        loop {
-            match self.session(&stop, &notify).await {
-                Ok(()) => return,
-                Err(e) => {
-                    let wait = backoff.next(delay);
-                    delay = Some(wait);
-                    tracing::warn!(retry_in = ?wait, "{e}");
-                    self.set_offer(OperatorSpecs::default(), &notify);
-                    tokio::select! {
-                        () = stop.cancelled() => return,
-                        () = tokio::time::sleep(wait) => {}
-                    }
-                }
-            }
-        }
+        run_sessions(&stop, || self.session(&stop, &notify), || self.offer.set(OperatorSpecs::default(), &notify))
+            .await;
     }
 
     fn prefix(&self) -> String {
@@ -331,7 +309,7 @@ impl Operator for Dhcp6Operator {
     }
 
     fn specs(&self) -> OperatorSpecs {
-        self.offer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.offer.get()
     }
 }
 
