@@ -15,11 +15,16 @@ use std::sync::{Arc, RwLock};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::proxy::{BoxError, Caller, Proxy, ProxyBody, RemoteDialer, RoleMode, handshake};
 use crate::pki::tls::{ClientAuth, ServerTls};
 use crate::resources::runtime::{self as rt, ApiServiceConfig};
 use crate::resources::secrets::{self as sec, ApiCertificates};
+
+/// How long calls in flight may take to finish when apid stops or its listener is replaced
+/// (machined's stop timeout, after which it sends SIGKILL, is longer).
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Where apid finds machined.
 #[derive(Debug, Clone)]
@@ -134,6 +139,9 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
     let local = Arc::new(LocalNames::default());
     let dialer = Arc::new(Dialer::default());
     let mut serving: Option<(ApiServiceConfig, ServerTls, CancellationToken)> = None;
+    // Every connection, so that stopping waits for the calls in flight: a Reboot's answer
+    // must reach its caller before machined stops apid.
+    let conns = TaskTracker::new();
     loop {
         let config = config_rx.borrow_and_update().clone();
         let certs = certs_rx.borrow_and_update().clone();
@@ -187,7 +195,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                             if config.node_routing_disabled { ", no forwarding" } else { "" }
                         ),
                     );
-                    tokio::spawn(accept(listener, tls.config(), proxy, stop.clone()));
+                    tokio::spawn(accept(listener, tls.config(), proxy, stop.clone(), conns.clone()));
                     serving = Some((config, tls, stop));
                 }
             }
@@ -199,7 +207,11 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
             }
         }
         let changed = tokio::select! {
-            () = cancel.cancelled() => return Ok(()),
+            () = cancel.cancelled() => {
+                conns.close();
+                let _ = tokio::time::timeout(DRAIN_TIMEOUT, conns.wait()).await;
+                return Ok(());
+            }
             r = config_rx.changed() => r,
             r = certs_rx.changed() => r,
         };
@@ -237,6 +249,7 @@ async fn accept(
     tls: Arc<rustls::ServerConfig>,
     proxy: Arc<Proxy>,
     stop: CancellationToken,
+    conns: TaskTracker,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     loop {
@@ -254,7 +267,7 @@ async fn accept(
         let acceptor = acceptor.clone();
         let proxy = proxy.clone();
         let stop = stop.clone();
-        tokio::spawn(async move {
+        conns.spawn(async move {
             let _ = tcp.set_nodelay(true);
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
@@ -283,7 +296,7 @@ async fn accept(
                     // A new listener replaces this one: calls in flight (the apply that caused
                     // the change among them) finish; new ones go to the new listener.
                     conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), conn).await;
+                    let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
                 }
             }
         });
