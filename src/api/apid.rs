@@ -142,83 +142,91 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
     // Every connection, so that stopping waits for the calls in flight: a Reboot's answer
     // must reach its caller before machined stops apid.
     let conns = TaskTracker::new();
-    loop {
-        let config = config_rx.borrow_and_update().clone();
-        let certs = certs_rx.borrow_and_update().clone();
-        match (config, certs) {
-            (Some(config), Some(certs)) => {
-                local.set_from(&certs.server.crt_pem);
-                let cas: Vec<String> = certs.accepted_cas.iter().map(|c| c.crt.clone()).collect();
-                match &certs.client {
-                    Some(client) => match crate::pki::tls::client_config(&cas, Some(client)) {
-                        Ok(tls) => dialer.set(Some(tls)),
-                        Err(e) => log(&format!("client certificate refused, not forwarding with it: {e}")),
-                    },
-                    None => dialer.set(None),
-                }
-                let same = serving.as_ref().is_some_and(|(c, _, _)| *c == config);
-                if same {
-                    if let Some((_, tls, _)) = &serving {
-                        // Rotation: the next handshake sees the new certificate and CAs.
-                        if let Err(e) = tls.set_identity(&certs.server).and_then(|()| tls.set_client_cas(&cas)) {
-                            log(&format!("new certificates refused, keeping the old ones: {e}"));
-                        }
+    let outcome = async {
+        loop {
+            let config = config_rx.borrow_and_update().clone();
+            let certs = certs_rx.borrow_and_update().clone();
+            match (config, certs) {
+                (Some(config), Some(certs)) => {
+                    local.set_from(&certs.server.crt_pem);
+                    let cas: Vec<String> = certs.accepted_cas.iter().map(|c| c.crt.clone()).collect();
+                    match &certs.client {
+                        Some(client) => match crate::pki::tls::client_config(&cas, Some(client)) {
+                            Ok(tls) => dialer.set(Some(tls)),
+                            Err(e) => log(&format!("client certificate refused, not forwarding with it: {e}")),
+                        },
+                        None => dialer.set(None),
                     }
-                } else {
+                    let same = serving.as_ref().is_some_and(|(c, _, _)| *c == config);
+                    if same {
+                        if let Some((_, tls, _)) = &serving {
+                            // Rotation: the next handshake sees the new certificate and CAs.
+                            if let Err(e) = tls.set_identity(&certs.server).and_then(|()| tls.set_client_cas(&cas)) {
+                                log(&format!("new certificates refused, keeping the old ones: {e}"));
+                            }
+                        }
+                    } else {
+                        if let Some((_, _, stop)) = serving.take() {
+                            stop.cancel();
+                        }
+                        let mode =
+                            if config.skip_verifying_client_cert { ClientAuth::None } else { ClientAuth::Required };
+                        let tls = ServerTls::new(&certs.server, &cas, mode)?;
+                        let address = listen_address(&config.listen_address).map_err(|e| ApidError::Listen {
+                            address: config.listen_address.clone(),
+                            source: std::io::Error::other(e),
+                        })?;
+                        let listener = bind_retrying(address)
+                            .await
+                            .map_err(|source| ApidError::Listen { address: address.to_string(), source })?;
+                        let forwarding =
+                            (!config.node_routing_disabled).then(|| dialer.clone() as Arc<dyn RemoteDialer>);
+                        let role_mode =
+                            if config.readonly_role_mode { RoleMode::ReadOnly } else { RoleMode::Certificate };
+                        let names = local.clone();
+                        let proxy = Arc::new(Proxy::new(
+                            paths.machine.clone(),
+                            forwarding,
+                            Arc::new(move |t: &str| names.is_local(t)),
+                            role_mode,
+                        ));
+                        let stop = cancel.child_token();
+                        crate::applets::log_line(
+                            "apid",
+                            &format!(
+                                "serving on {address} ({}{})",
+                                if config.skip_verifying_client_cert { "maintenance: server TLS only" } else { "mTLS" },
+                                if config.node_routing_disabled { ", no forwarding" } else { "" }
+                            ),
+                        );
+                        tokio::spawn(accept(listener, tls.config(), proxy, stop.clone(), conns.clone()));
+                        serving = Some((config, tls, stop));
+                    }
+                }
+                _ => {
                     if let Some((_, _, stop)) = serving.take() {
+                        crate::applets::log_line("apid", "configuration gone; not serving");
                         stop.cancel();
                     }
-                    let mode = if config.skip_verifying_client_cert { ClientAuth::None } else { ClientAuth::Required };
-                    let tls = ServerTls::new(&certs.server, &cas, mode)?;
-                    let address = listen_address(&config.listen_address).map_err(|e| ApidError::Listen {
-                        address: config.listen_address.clone(),
-                        source: std::io::Error::other(e),
-                    })?;
-                    let listener = bind_retrying(address)
-                        .await
-                        .map_err(|source| ApidError::Listen { address: address.to_string(), source })?;
-                    let forwarding = (!config.node_routing_disabled).then(|| dialer.clone() as Arc<dyn RemoteDialer>);
-                    let role_mode = if config.readonly_role_mode { RoleMode::ReadOnly } else { RoleMode::Certificate };
-                    let names = local.clone();
-                    let proxy = Arc::new(Proxy::new(
-                        paths.machine.clone(),
-                        forwarding,
-                        Arc::new(move |t: &str| names.is_local(t)),
-                        role_mode,
-                    ));
-                    let stop = cancel.child_token();
-                    crate::applets::log_line(
-                        "apid",
-                        &format!(
-                            "serving on {address} ({}{})",
-                            if config.skip_verifying_client_cert { "maintenance: server TLS only" } else { "mTLS" },
-                            if config.node_routing_disabled { ", no forwarding" } else { "" }
-                        ),
-                    );
-                    tokio::spawn(accept(listener, tls.config(), proxy, stop.clone(), conns.clone()));
-                    serving = Some((config, tls, stop));
                 }
             }
-            _ => {
-                if let Some((_, _, stop)) = serving.take() {
-                    crate::applets::log_line("apid", "configuration gone; not serving");
-                    stop.cancel();
-                }
+            let changed = tokio::select! {
+                // First: machined stopping apid also ends the state socket's watches.
+                biased;
+                () = cancel.cancelled() => return Ok(()),
+                r = config_rx.changed() => r,
+                r = certs_rx.changed() => r,
+            };
+            if changed.is_err() {
+                return Err(ApidError::StateGone);
             }
-        }
-        let changed = tokio::select! {
-            () = cancel.cancelled() => {
-                conns.close();
-                let _ = tokio::time::timeout(DRAIN_TIMEOUT, conns.wait()).await;
-                return Ok(());
-            }
-            r = config_rx.changed() => r,
-            r = certs_rx.changed() => r,
-        };
-        if changed.is_err() {
-            return Err(ApidError::StateGone);
         }
     }
+    .await;
+    // However apid stops, the calls in flight finish first.
+    conns.close();
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, conns.wait()).await;
+    outcome
 }
 
 /// A TCP listener with SO_REUSEADDR, so a restarted apid can bind again at once; an IPv6

@@ -147,6 +147,39 @@ fn reap_exited() {
     while let Ok(Some(_)) = waitpid(None, WaitOptions::NOHANG) {}
 }
 
+/// How many TCP sockets in a `/proc/net/tcp` (or `tcp6`) table still hold data or a FIN the
+/// peer has not acknowledged: a non-zero send queue, or FIN-WAIT-1, CLOSING or LAST-ACK.
+pub fn unacknowledged_sockets(table: &str) -> usize {
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (Some(state), Some(queues)) = (fields.get(3), fields.get(4)) else { return false };
+            let sending = queues.split(':').next().and_then(|tx| u64::from_str_radix(tx, 16).ok()).unwrap_or(0) > 0;
+            // FIN-WAIT-1, LAST-ACK, CLOSING (include/net/tcp_states.h).
+            sending || matches!(*state, "04" | "09" | "0B")
+        })
+        .count()
+}
+
+/// Waits up to `limit` until the kernel has delivered what the stopped services wrote: the
+/// answer to the API call that asked for this reboot is among it, and a reboot(2) right after
+/// the last write would drop it with the NIC's queues.
+pub fn wait_tcp_delivered(limit: std::time::Duration) -> usize {
+    let start = std::time::Instant::now();
+    loop {
+        let pending: usize = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .map(|p| std::fs::read_to_string(p).map(|t| unacknowledged_sockets(&t)).unwrap_or(0))
+            .sum();
+        if pending == 0 || start.elapsed() >= limit {
+            return pending;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 pub fn sync() {
     rustix::fs::sync();
 }
@@ -231,5 +264,19 @@ not a mountinfo line
         let entries = parse_mountinfo(&text);
         assert!(!entries.is_empty(), "this host's mountinfo should parse");
         assert!(unmount_plan(&entries).iter().all(|p| p != Path::new("/")));
+    }
+
+    #[test]
+    fn sockets_with_unacknowledged_data_or_fin_are_counted() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:C350 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1076 1 0 100 0 0 10 0
+   1: 0F02000A:C350 0202000A:D2F0 01 00000000:00000000 00:00000000 00000000    50        0 2001 1 0 20 4 30 10 -1
+   2: 0F02000A:C350 0202000A:D2F2 01 000001A4:00000000 01:00000014 00000000    50        0 2002 1 0 20 4 30 10 -1
+   3: 0F02000A:C350 0202000A:D2F4 04 00000000:00000000 01:00000014 00000000     0        0 0 1 0 20 4 30 10 -1
+   4: 0F02000A:C350 0202000A:D2F6 06 00000000:00000000 03:00000F00 00000000     0        0 0 3 0
+";
+        // The listener, an idle connection and TIME-WAIT are done; queued bytes and FIN-WAIT-1 are not.
+        assert_eq!(unacknowledged_sockets(table), 2);
+        assert_eq!(unacknowledged_sockets(""), 0);
     }
 }

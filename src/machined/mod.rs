@@ -244,6 +244,10 @@ fn power_down(action: PowerAction) -> ! {
     if left > 0 {
         console::line(&format!("{action}: killed {left} process(es) that ignored SIGTERM"));
     }
+    let pending = power::wait_tcp_delivered(Duration::from_secs(2));
+    if pending > 0 {
+        console::line(&format!("{action}: {pending} TCP connection(s) still unacknowledged after 2 s"));
+    }
     console::line(&format!("{action}: syncing and unmounting filesystems"));
     power::sync();
     for failure in power::unmount_all() {
