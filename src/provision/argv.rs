@@ -45,6 +45,9 @@ pub struct NodeLaunch {
     pub serial_log: PathBuf,
     pub pid_file: PathBuf,
     pub qmp_socket: PathBuf,
+    /// The command that answers the node's `talos.config=` fetch (see [`super::serve`]):
+    /// QEMU runs it for each connection to [`super::serve::CONFIG_ADDR`] port 80.
+    pub config_command: Option<String>,
 }
 
 /// The API port inside the node that the forward reaches.
@@ -107,7 +110,16 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     }
     // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
     // forward, and restrict=on keeps the node off the host's networks.
-    push(&["-netdev", &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}", n.api_port)]);
+    // A guestfwd (allowed under restrict=on) serves the node its configuration.
+    let config = n
+        .config_command
+        .as_ref()
+        .map(|cmd| format!(",guestfwd=tcp:{}:80-cmd:{}", super::serve::CONFIG_ADDR, cmd.replace(',', ",,")))
+        .unwrap_or_default();
+    push(&[
+        "-netdev",
+        &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}{config}", n.api_port),
+    ]);
     // romfile= skips the iPXE option ROM: nodes never network-boot and it costs seconds under TCG.
     push(&["-device", &format!("virtio-net-pci,netdev=api,mac={},romfile=", n.api_mac)]);
     // NIC 2: the cluster's LAN, one multicast group shared by every node's QEMU over loopback.
@@ -174,6 +186,7 @@ mod tests {
             serial_log: dir.join("dev-controlplane-1.log"),
             pid_file: dir.join("dev-controlplane-1.pid"),
             qmp_socket: dir.join("controlplane-1.qmp"),
+            config_command: None,
         }
     }
 
@@ -236,6 +249,23 @@ mod tests {
         let mut n = node(direct(), true, false);
         n.data_disk = Some("/home/u/.talos/clusters/dev/dev-controlplane-1.disk".into());
         golden("direct-uefi-disk.argv", &qemu_argv(&n));
+    }
+
+    #[test]
+    fn golden_direct_served_config() {
+        let cmdline =
+            format!("{} talos.config={}", crate::provision::boot::DEFAULT_CMDLINE, super::super::serve::config_url());
+        let mut n = node(
+            Media::Direct { kernel: "/src/_out/vmlinuz".into(), initrd: "/src/_out/initramfs.zst".into(), cmdline },
+            false,
+            false,
+        );
+        let state = Path::new("/home/u/.talos/clusters/dev");
+        n.config_command = Some(super::super::serve::command(
+            Path::new("/usr/bin/talosbox"),
+            &state.join("dev-controlplane-1.config.yaml"),
+        ));
+        golden("direct-served-config.argv", &qemu_argv(&n));
     }
 
     #[test]

@@ -14,6 +14,7 @@ use super::alloc::{self, Nic};
 use super::argv::{self, Media, NodeLaunch, SwtpmLaunch};
 use super::boot::{self, BootPlan, BootRequest};
 use super::host::{self, Tool};
+use super::serve;
 use super::state::{self, ClusterRecord, NodeRecord};
 use super::{ProvisionError, io_err};
 use crate::kernel::console;
@@ -22,6 +23,12 @@ use crate::resources::runtime::MachineStage;
 /// The serial-console line that says machined reached maintenance: the node is up.
 pub fn ready_marker() -> String {
     console::stage_line(&MachineStage::Maintenance.to_string())
+}
+
+/// The line of a node that had its configuration from the start (`talos.config=`): it may
+/// never show maintenance.
+fn running_marker() -> String {
+    console::stage_line(&MachineStage::Running.to_string())
 }
 
 /// Serial-console lines that say the node will not get there.
@@ -46,6 +53,10 @@ pub struct CreateOptions {
     pub disk_mib: u64,
     /// OVMF's code image and variable-store template, for UEFI boots.
     pub ovmf: Firmware,
+    /// Generate the cluster's configuration before the nodes boot (`None`: `--skip-config`,
+    /// the nodes stay in maintenance). A directly booted node is served its own over
+    /// `talos.config=`; the others get theirs from [`super::configure::deliver`].
+    pub config: Option<super::configure::ConfigureOptions>,
 }
 
 /// The UEFI firmware: code (read-only) and the variable-store template each node copies.
@@ -68,6 +79,8 @@ pub struct Created {
     pub dir: PathBuf,
     pub plan: BootPlan,
     pub record: ClusterRecord,
+    /// What was generated, when `config` asked for it.
+    pub generated: Option<super::configure::Generated>,
 }
 
 /// `talosctl cluster destroy`'s options.
@@ -173,13 +186,25 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         // A directly booted node is addressed on the command line; a UKI or disk boot has its
         // command line built in and must get its addresses by DHCP.
         let lan_address = matches!(media, Media::Direct { .. }).then(|| alloc::lan_address(i));
+        // Such a node can also be told where its configuration is.
+        let served_config =
+            (opts.config.is_some() && lan_address.is_some()).then(|| super::configure::node_config_path(&dir, name));
         let node_media = match (&media, lan_address) {
             (Media::Direct { kernel, initrd, cmdline }, Some(lan)) => Media::Direct {
                 kernel: kernel.clone(),
                 initrd: initrd.clone(),
-                cmdline: format!("{cmdline} {}", argv::node_ip_args(name, lan)),
+                cmdline: match &served_config {
+                    Some(_) => {
+                        format!("{cmdline} {} talos.config={}", argv::node_ip_args(name, lan), serve::config_url())
+                    }
+                    None => format!("{cmdline} {}", argv::node_ip_args(name, lan)),
+                },
             },
             (other, _) => other.clone(),
+        };
+        let config_command = match &served_config {
+            Some(file) => Some(serve::command(&exe()?, file)),
+            None => None,
         };
         let launch = NodeLaunch {
             name: name.clone(),
@@ -197,6 +222,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             serial_log: dir.join(format!("{name}.log")),
             pid_file: dir.join(format!("{name}.pid")),
             qmp_socket: dir.join(format!("{short}.qmp")),
+            config_command,
         };
         check_socket(&launch.qmp_socket)?;
         if let Some(t) = &tpm {
@@ -214,6 +240,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             qmp_socket: launch.qmp_socket.clone(),
             swtpm_pid_file: tpm.as_ref().map(|t| t.pid_file.clone()),
             data_disk: launch.data_disk.clone(),
+            served_config,
         });
         launches.push((launch, tpm));
     }
@@ -236,6 +263,16 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         return Err(e);
     }
 
+    let generated = match &opts.config {
+        None => None,
+        Some(c) => match super::configure::generate_files(&record, &dir, c, step) {
+            Ok(g) => Some(g),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        },
+    };
     let started = start_all(&dir, &plan, &launches, opts.disk_mib, &opts.ovmf.vars, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
@@ -253,7 +290,12 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         }
         return Err(e);
     }
-    Ok(Created { dir, plan, record })
+    Ok(Created { dir, plan, record, generated })
+}
+
+/// This program, for QEMU to run as the configuration server.
+fn exe() -> Result<PathBuf, ProvisionError> {
+    std::env::current_exe().map_err(io_err("finding this program", "/proc/self/exe"))
 }
 
 fn start_all(
@@ -515,7 +557,7 @@ pub enum NodeProgress {
 
 /// What a serial log says about a node. Pure, so it is tested on text.
 pub fn judge_log(log: &str) -> NodeProgress {
-    if log.contains(&ready_marker()) {
+    if log.contains(&ready_marker()) || log.contains(&running_marker()) {
         return NodeProgress::Ready(Duration::ZERO);
     }
     if let Some(line) = log.lines().find(|l| failure_markers().iter().any(|m| l.contains(m.as_str()))) {
@@ -678,6 +720,7 @@ mod tests {
                 qmp_socket: dir.join("controlplane-1.qmp"),
                 swtpm_pid_file: None,
                 data_disk: None,
+                served_config: None,
             }],
         };
         record.write(&dir).unwrap();

@@ -1,8 +1,10 @@
-//! The last step of `cluster create`: a generated configuration applied to every node over its
-//! forwarded API port, so the cluster answers `talosctl` right away. A secrets bundle, the
-//! control plane and worker configs and a talosconfig are written into the cluster's state
-//! directory (readable by their owner only: they hold keys); each node gets its config through
-//! the maintenance API (`apply-config --insecure`), then must answer Version over mutual TLS.
+//! `cluster create`'s configuration, so the cluster answers `talosctl` right away. Before the
+//! nodes boot, [`generate_files`] writes a secrets bundle, the control plane and worker configs,
+//! a talosconfig and each node's own config into the cluster's state directory (readable by
+//! their owner only: they hold keys). A directly booted node fetches its own from
+//! `talos.config=` (served by [`super::serve`], as Talos's QEMU provisioner serves it); a UKI
+//! or disk boot, whose command line is built in, gets it through the maintenance API
+//! (`apply-config --insecure`) in [`deliver`]. Then every node must answer Version over mutual TLS.
 //!
 //! It only talks to the nodes through 127.0.0.1 and the forwards the launcher set up; it never
 //! changes a node that already has a configuration (a node out of maintenance refuses an insecure
@@ -35,12 +37,14 @@ pub struct ConfigureOptions {
     pub worker_patches: Vec<Patch>,
 }
 
-/// What the step left behind.
+/// What [`generate_files`] wrote.
 #[derive(Debug, Clone)]
-pub struct Configured {
+pub struct Generated {
     /// The cluster's own talosconfig in the state directory.
     pub talosconfig_path: PathBuf,
     pub talosconfig: Talosconfig,
+    /// Each node's configuration, in record order.
+    pub node_configs: Vec<String>,
 }
 
 /// The files written into the state directory.
@@ -48,6 +52,11 @@ pub const SECRETS_FILE: &str = "secrets.yaml";
 pub const CONTROLPLANE_FILE: &str = "controlplane.yaml";
 pub const WORKER_FILE: &str = "worker.yaml";
 pub const TALOSCONFIG_FILE: &str = "talosconfig";
+
+/// Where a node's own configuration is written.
+pub fn node_config_path(dir: &Path, node: &str) -> PathBuf {
+    dir.join(format!("{node}.config.yaml"))
+}
 
 /// The endpoint Kubernetes would use, named in the generated configs (inert here): the first
 /// control plane's LAN address, as Talos's QEMU clusters have it.
@@ -86,14 +95,14 @@ fn forward(node: &NodeRecord) -> String {
     format!("127.0.0.1:{}", node.api_port)
 }
 
-/// Generates, writes and applies the cluster's configuration, then waits until every node
-/// answers over mutual TLS. `step` hears each stage.
-pub fn configure(
+/// Generates the cluster's secrets and configs and writes them, with each node's own config,
+/// into `dir`. `step` hears what was written.
+pub fn generate_files(
     record: &ClusterRecord,
     dir: &Path,
     opts: &ConfigureOptions,
     step: &mut dyn FnMut(String),
-) -> Result<Configured, ProvisionError> {
+) -> Result<Generated, ProvisionError> {
     let failed = |what: &str, e: String| ProvisionError::Configure(format!("cluster {:?}: {what}: {e}", record.name));
     let now = SystemTime::now();
     let bundle = SecretsBundle::generate(now).map_err(|e| failed("generating secrets", e.to_string()))?;
@@ -109,6 +118,18 @@ pub fn configure(
         .ok_or_else(|| failed("generating the talosconfig", "the cluster has no control plane".into()))?;
     talosconfig.set_endpoints(vec![forward(cp)]).map_err(|e| failed("generating the talosconfig", e.to_string()))?;
 
+    let mut node_configs = Vec::new();
+    for node in &record.nodes {
+        let (base, own) = if node.role == Role::Controlplane {
+            (&generated.controlplane, &opts.controlplane_patches)
+        } else {
+            (&generated.worker, &opts.worker_patches)
+        };
+        let patches: Vec<Patch> = opts.patches.iter().chain(own).cloned().collect();
+        let text = node_config(base, &patches, node).map_err(|e| failed(&format!("the config of {}", node.name), e))?;
+        node_configs.push(text);
+    }
+
     let secrets_text = bundle.to_yaml();
     let talosconfig_path = dir.join(TALOSCONFIG_FILE);
     for (name, text) in [
@@ -119,29 +140,39 @@ pub fn configure(
     ] {
         write_private(&dir.join(name), text)?;
     }
+    for (node, text) in record.nodes.iter().zip(&node_configs) {
+        write_private(&node_config_path(dir, &node.name), text)?;
+    }
     step(format!("generated secrets, machine configs and a talosconfig in {}", dir.display()));
+    Ok(Generated { talosconfig_path, talosconfig, node_configs })
+}
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| failed("starting the client runtime", e.to_string()))?;
-    for node in &record.nodes {
-        let (base, own) = if node.role == Role::Controlplane {
-            (&generated.controlplane, &opts.controlplane_patches)
-        } else {
-            (&generated.worker, &opts.worker_patches)
-        };
-        let patches: Vec<Patch> = opts.patches.iter().chain(own).cloned().collect();
-        let text = node_config(base, &patches, node).map_err(|e| failed(&format!("the config of {}", node.name), e))?;
-        runtime.block_on(apply_insecure(node, text, opts.timeout)).map_err(ProvisionError::Configure)?;
+/// Gets each node its configuration — nothing to do for one that fetches it from
+/// `talos.config=`, the maintenance API for the others — then waits until every node answers
+/// over mutual TLS. `step` hears each stage.
+pub fn deliver(
+    record: &ClusterRecord,
+    generated: &Generated,
+    timeout: Duration,
+    step: &mut dyn FnMut(String),
+) -> Result<(), ProvisionError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
+        ProvisionError::Configure(format!("cluster {:?}: starting the client runtime: {e}", record.name))
+    })?;
+    for (node, text) in record.nodes.iter().zip(&generated.node_configs) {
+        if node.served_config.is_some() {
+            step(format!("{}: fetches its configuration from talos.config={}", node.name, super::serve::config_url()));
+            continue;
+        }
+        runtime.block_on(apply_insecure(node, text.clone(), timeout)).map_err(ProvisionError::Configure)?;
         step(format!("{}: configuration applied (maintenance API on {})", node.name, forward(node)));
     }
     for node in &record.nodes {
         let started = Instant::now();
-        runtime.block_on(await_mtls(node, &talosconfig_path, opts.timeout)).map_err(ProvisionError::Configure)?;
+        runtime.block_on(await_mtls(node, &generated.talosconfig_path, timeout)).map_err(ProvisionError::Configure)?;
         step(format!("{}: answers over mutual TLS ({:.1} s)", node.name, started.elapsed().as_secs_f64()));
     }
-    Ok(Configured { talosconfig_path, talosconfig })
+    Ok(())
 }
 
 /// Retries until `deadline`, keeping the last error for the message.
@@ -237,6 +268,7 @@ mod tests {
             qmp_socket: "/x/qmp".into(),
             swtpm_pid_file: None,
             data_disk: None,
+            served_config: None,
         }
     }
 
@@ -273,5 +305,45 @@ mod tests {
             nodes: vec![node(Role::Worker, Some("10.5.0.9")), node(Role::Controlplane, Some("10.5.0.2"))],
         };
         assert_eq!(cluster_endpoint(&record), "https://10.5.0.2:6443");
+    }
+
+    #[test]
+    fn the_files_are_written_owner_only_with_each_nodes_config() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("tb-configure-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut worker = node(Role::Worker, Some("10.5.0.3"));
+        worker.name = "c-worker-1".into();
+        let record = ClusterRecord {
+            name: "c".into(),
+            created: 0,
+            boot: "direct".into(),
+            lan: "230.1.2.3:20001".parse().unwrap(),
+            nodes: vec![node(Role::Controlplane, Some("10.5.0.2")), worker],
+        };
+        let opts = ConfigureOptions {
+            timeout: Duration::from_secs(1),
+            kubernetes_version: "1.34.1".into(),
+            patches: vec![Patch::parse("machine:\n  network:\n    nameservers: [10.0.2.3]\n").unwrap()],
+            controlplane_patches: vec![],
+            worker_patches: vec![Patch::parse("machine:\n  network:\n    hostname: w\n").unwrap()],
+        };
+        let mut steps = Vec::new();
+        let generated = generate_files(&record, &dir, &opts, &mut |s| steps.push(s)).unwrap();
+        assert_eq!(generated.node_configs.len(), 2);
+        for (node, text) in record.nodes.iter().zip(&generated.node_configs) {
+            let path = node_config_path(&dir, &node.name);
+            assert_eq!(&std::fs::read_to_string(&path).unwrap(), text);
+            assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+            let want = if node.role == Role::Worker { "type: worker" } else { "type: controlplane" };
+            assert!(text.contains(want), "{text}");
+        }
+        assert!(generated.node_configs[1].contains("hostname: w"), "the worker patch reaches workers only");
+        assert!(!generated.node_configs[0].contains("hostname: w"));
+        assert!(generated.node_configs.iter().all(|t| t.contains("10.0.2.3")), "the common patch reaches every node");
+        for f in [SECRETS_FILE, CONTROLPLANE_FILE, WORKER_FILE, TALOSCONFIG_FILE] {
+            assert_eq!(std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

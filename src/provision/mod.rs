@@ -16,6 +16,7 @@ pub mod boot;
 pub mod cluster;
 pub mod configure;
 pub mod host;
+pub mod serve;
 pub mod state;
 
 use std::path::PathBuf;

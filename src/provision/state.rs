@@ -41,6 +41,10 @@ pub struct NodeRecord {
     /// The node's own data disk, if it has one.
     #[serde(default)]
     pub data_disk: Option<PathBuf>,
+    /// The configuration file the launcher serves the node over `talos.config=` (a direct
+    /// boot whose configuration `create` generated); `None` when it gets it over the API.
+    #[serde(default)]
+    pub served_config: Option<PathBuf>,
 }
 
 /// The whole cluster.
@@ -129,6 +133,7 @@ mod tests {
                 qmp_socket: "/x/c1-controlplane-1.qmp".into(),
                 swtpm_pid_file: None,
                 data_disk: None,
+                served_config: None,
             }],
         };
         rec.write(&dir.join("c1")).unwrap();

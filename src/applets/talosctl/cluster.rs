@@ -35,6 +35,13 @@ pub enum ClusterCommand {
         #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
         graceful_timeout: Duration,
     },
+    /// Answers one node's `talos.config=` fetch on stdin/stdout (QEMU runs it per connection).
+    #[command(hide = true)]
+    ServeConfig {
+        /// The node's configuration file.
+        #[arg(long)]
+        file: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -117,6 +124,16 @@ impl ClusterCommand {
             ClusterCommand::Destroy { name, state, graceful, graceful_timeout } => {
                 cluster_destroy(name, state, graceful.then_some(graceful_timeout))
             }
+            ClusterCommand::ServeConfig { file } => {
+                let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+                match crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &file) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("talosctl cluster serve-config: {e}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
         }
     }
 }
@@ -124,6 +141,17 @@ impl ClusterCommand {
 fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
     use crate::provision::{CreateOptions, WaitOptions};
     let state = a.state.clone();
+    let config = if a.skip_config {
+        None
+    } else {
+        match configure_options(&a) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("talosctl cluster create: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
     let opts = CreateOptions {
         name: a.name.clone(),
         state_root: a.state.clone(),
@@ -144,6 +172,7 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
         accel: a.accel.clone(),
         disk_mib: a.disk_size,
         ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code.clone(), vars: a.ovmf_vars.clone() },
+        config,
     };
     let created = match crate::provision::create(&opts, &mut |line| println!("  {line}")) {
         Ok(c) => c,
@@ -206,10 +235,8 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
         Ok(ready) => {
             let slowest = ready.iter().map(|(_, d)| *d).max().unwrap_or_default();
             println!("all {} node(s) reached maintenance in {:.1} s", ready.len(), slowest.as_secs_f64());
-            if a.skip_config {
-                return ExitCode::SUCCESS;
-            }
-            match apply_generated(cli, &a, &created) {
+            let Some(generated) = &created.generated else { return ExitCode::SUCCESS };
+            match deliver_generated(cli, &a, &created.record, generated) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("talosctl cluster create: {e}");
@@ -261,25 +288,34 @@ fn cluster_destroy(name: String, state: Option<PathBuf>, graceful: Option<Durati
     }
 }
 
-/// Generates the cluster's configuration, applies it to every node, and merges the cluster's
-/// talosconfig into the user's (`--talosconfig`, else `$TALOSCONFIG`, else `~/.talos/config`),
-/// its context current, so `talosctl version` works next.
-fn apply_generated(cli: &super::Cli, a: &CreateArgs, created: &crate::provision::Created) -> Result<(), String> {
-    use crate::provision::configure::{ConfigureOptions, configure};
+/// The configuration `create` generates: the flags' patches, read now so a bad one stops
+/// the create before anything boots.
+fn configure_options(a: &CreateArgs) -> Result<crate::provision::configure::ConfigureOptions, String> {
     let read = |patches: &[String]| -> Result<Vec<_>, String> {
         patches.iter().map(|p| super::generate::read_patch(p)).collect()
     };
-    let opts = ConfigureOptions {
+    Ok(crate::provision::configure::ConfigureOptions {
         timeout: a.wait_timeout,
         kubernetes_version: a.kubernetes_version.clone(),
         patches: read(&a.patches.config_patch)?,
         controlplane_patches: read(&a.patches.config_patch_control_plane)?,
         worker_patches: read(&a.patches.config_patch_worker)?,
-    };
-    let configured =
-        configure(&created.record, &created.dir, &opts, &mut |line| println!("  {line}")).map_err(|e| e.to_string())?;
+    })
+}
+
+/// Gets every node its generated configuration and waits for mutual TLS, then merges the
+/// cluster's talosconfig into the user's (`--talosconfig`, else `$TALOSCONFIG`, else
+/// `~/.talos/config`), its context current, so `talosctl version` works next.
+fn deliver_generated(
+    cli: &super::Cli,
+    a: &CreateArgs,
+    record: &crate::provision::state::ClusterRecord,
+    generated: &crate::provision::configure::Generated,
+) -> Result<(), String> {
+    crate::provision::configure::deliver(record, generated, a.wait_timeout, &mut |line| println!("  {line}"))
+        .map_err(|e| e.to_string())?;
     let (mut config, target) = super::configcmd::open(cli)?;
-    for rename in config.merge(configured.talosconfig) {
+    for rename in config.merge(generated.talosconfig.clone()) {
         eprintln!("renamed talosconfig context {:?} -> {:?}", rename.from, rename.to);
     }
     config.save_to(&target).map_err(|e| e.to_string())?;
@@ -287,7 +323,7 @@ fn apply_generated(cli: &super::Cli, a: &CreateArgs, created: &crate::provision:
         "merged the cluster's talosconfig into {} (context {:?}); it is also at {}",
         target.path.display(),
         config.context,
-        configured.talosconfig_path.display()
+        generated.talosconfig_path.display()
     );
     Ok(())
 }
