@@ -326,6 +326,40 @@ fn three_nodes_are_configured_and_driven_through_the_api() {
     let op = std::fs::read_to_string(dir.join("operator.yaml")).unwrap();
     assert!(op.contains("operator@demo"), "{op}");
 
+    // Health: running, services up, and the time (a process keeps the host's clock: sync
+    // disabled counts as in sync).
+    let health = ctl.ok(&["health", "--wait-timeout", "30s"]);
+    assert!(health.contains(": OK"), "{health}");
+    let status = ctl.ok(&["get", "timestatus", "-o", "yaml"]);
+    assert!(status.contains("synced: true") && status.contains("syncDisabled: true"), "{status}");
+
+    // `time`: the node asks an SNTP server itself. This one runs 3 s ahead of the host.
+    let server = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok((len, peer)) = server.recv_from(&mut buf) {
+            let ahead = std::time::SystemTime::now() + Duration::from_secs(3);
+            if let Some(reply) =
+                talosbox::network::sntp::serve(&buf[..len], talosbox::network::sntp::Timestamp::from_system(ahead))
+            {
+                let _ = server.send_to(&reply, peer);
+            }
+        }
+    });
+    let check = format!("127.0.0.1:{port}");
+    for args in [vec!["time", "--check", &check], vec!["-n", W1, "time", "-c", &check]] {
+        let out = ctl.ok(&args);
+        let row = out.lines().find(|l| l.contains(&check)).unwrap_or_else(|| panic!("no row for {check}: {out}"));
+        let offset: f64 = row.split_whitespace().last().unwrap().trim_end_matches('s').parse().unwrap();
+        assert!((2.5..3.5).contains(&offset), "a server 3 s ahead: {row}");
+    }
+    // Without --check: the node's own servers, which a process node does not have.
+    let none = ctl.fails(&["time"]);
+    assert!(none.contains("FailedPrecondition") && none.contains("--check"), "{none}");
+    let nobody = ctl.fails(&["time", "--check", "127.0.0.1:1"]);
+    assert!(nobody.contains("127.0.0.1:1"), "the error names the server: {nobody}");
+
     // Events carry the stage changes.
     let events = ctl.ok(&["events", "--tail", "50", "--duration", "2s"]);
     assert!(events.contains("machine.MachineStatusEvent"), "{events}");

@@ -23,6 +23,7 @@ const PROTO_FILES: &[&str] = &[
     "common/common.proto",
     "machine/machine.proto",
     "securityapi/security.proto",
+    "time/time.proto",
     "cosi/resource/resource.proto",
     "cosi/resource/state.proto",
 ];

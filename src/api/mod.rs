@@ -21,6 +21,7 @@ pub mod router;
 pub mod server;
 pub mod sockets;
 pub mod state_service;
+pub mod time_service;
 pub mod trustd;
 
 /// The roles asserted in a call's `talos-role` metadata (as apid sets them; a value may list

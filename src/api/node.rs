@@ -94,4 +94,7 @@ pub trait Node: Send + Sync + 'static {
     fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>);
     /// The right to apply; `None` while another apply runs.
     fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>>;
+    /// Asks time server `server` (SNTP, from the node's network): the node's clock when the
+    /// answer came, and the server's offset from it in nanoseconds.
+    async fn query_time(&self, server: &str) -> Result<(SystemTime, i128), Status>;
 }

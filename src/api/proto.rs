@@ -30,6 +30,11 @@ pub mod securityapi {
     include!(concat!(env!("OUT_DIR"), "/securityapi.rs"));
 }
 
+/// `time`: `TimeService`, the node's clock against a time server.
+pub mod time {
+    include!(concat!(env!("OUT_DIR"), "/time.rs"));
+}
+
 /// `cosi.resource`: the resource wire format and the read-only `State` service.
 pub mod cosi {
     pub mod resource {
@@ -116,6 +121,8 @@ mod tests {
         ("/machine.MachineService/Version", false, false),
         ("/machine.MachineService/GenerateClientConfiguration", false, false),
         ("/securityapi.SecurityService/Certificate", false, false),
+        ("/time.TimeService/Time", false, false),
+        ("/time.TimeService/TimeCheck", false, false),
         ("/cosi.resource.State/Get", false, false),
         ("/cosi.resource.State/List", false, true),
         ("/cosi.resource.State/Watch", false, true),

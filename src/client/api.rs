@@ -134,6 +134,10 @@ impl Session {
             .max_encoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
     }
 
+    pub fn time(&self) -> crate::api::proto::time::time_service_client::TimeServiceClient<Channel> {
+        crate::api::proto::time::time_service_client::TimeServiceClient::new(self.channel.clone())
+    }
+
     pub fn state(&self) -> StateClient<Channel> {
         StateClient::new(self.channel.clone()).max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
     }

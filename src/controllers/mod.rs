@@ -37,6 +37,8 @@ pub enum Scope {
     Anywhere,
     /// Touches the host: links, hostname, `/etc`, port 53, disks.
     NodeOnly,
+    /// Stands in, in container mode, for what only a node does.
+    ContainerOnly,
 }
 
 /// What the controllers are built from.
@@ -107,6 +109,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);
     all.push((Scope::NodeOnly, Box::new(TimeSyncController::new(NetworkTarget::Node, clock))));
+    // A node run as a process keeps the host's time: sync is disabled, as for Talos in Docker.
+    all.push((Scope::ContainerOnly, Box::new(HostClockController)));
     all
 }
 
@@ -114,7 +118,10 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
 pub fn for_set(env: &Environment) -> Vec<Box<dyn Controller>> {
     all(env)
         .into_iter()
-        .filter(|(scope, _)| env.set == ControllerSet::Node || *scope == Scope::Anywhere)
+        .filter(|(scope, _)| match env.set {
+            ControllerSet::Node => *scope != Scope::ContainerOnly,
+            ControllerSet::Container => *scope != Scope::NodeOnly,
+        })
         .map(|(_, c)| c)
         .collect()
 }
@@ -152,10 +159,12 @@ mod tests {
         let container = names(for_set(&env(ControllerSet::Container)));
         let everything: Vec<(Scope, String)> =
             all(&env(ControllerSet::Node)).into_iter().map(|(s, c)| (s, c.name())).collect();
-        assert_eq!(node, everything.iter().map(|(_, n)| n.clone()).collect::<Vec<_>>(), "a node runs everything");
-        let anywhere: Vec<String> =
-            everything.iter().filter(|(s, _)| *s == Scope::Anywhere).map(|(_, n)| n.clone()).collect();
-        assert_eq!(container, anywhere, "container mode runs only what may run anywhere");
+        let scoped = |keep: &dyn Fn(Scope) -> bool| -> Vec<String> {
+            everything.iter().filter(|(s, _)| keep(*s)).map(|(_, n)| n.clone()).collect()
+        };
+        assert_eq!(node, scoped(&|s| s != Scope::ContainerOnly), "a node runs everything but the stand-ins");
+        assert_eq!(container, scoped(&|s| s != Scope::NodeOnly), "container mode runs nothing node-only");
+        assert!(container.iter().any(|n| n == "HostClockController"));
         for name in ["KernelCmdlineController", "MachineStatusController", "ServiceController"] {
             assert!(node.iter().any(|n| n == name), "{name} missing");
         }

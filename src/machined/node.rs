@@ -102,6 +102,18 @@ impl Node for MachineNode {
         self.power(if reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
     }
 
+    async fn query_time(&self, server: &str) -> Result<(std::time::SystemTime, i128), Status> {
+        use crate::controllers::network::{NetworkTarget, TimeSyncError, time_sync};
+        let clock = crate::kernel::clock::SystemClock;
+        match time_sync::query(&NetworkTarget::Node, &clock, server).await {
+            Ok(m) => Ok((std::time::SystemTime::now(), m.offset_nanos)),
+            Err(e @ (TimeSyncError::Timeout { .. } | TimeSyncError::Io { .. } | TimeSyncError::NoAddress { .. })) => {
+                Err(Status::unavailable(e.to_string()))
+            }
+            Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+
     fn services(&self) -> Vec<ServiceInfo> {
         self.supervisor
             .snapshot()

@@ -77,11 +77,18 @@ pub fn node_patch(node: &NodeRecord) -> String {
     format!("machine:\n  certSANs: [{}]\n", sans.join(", "))
 }
 
-/// The config a node gets: the generated one for its role, the user's patches, its own patch.
+/// What the launcher's network means for every node, before the user's patches (which may
+/// undo it): QEMU's restricted user network reaches no time server, and the node's clock
+/// starts from the host's RTC, so time sync is off (as Talos's Docker clusters have it).
+pub const LAUNCHER_DEFAULTS: &str = "machine:\n  time:\n    disabled: true\n";
+
+/// The config a node gets: the generated one for its role, the launcher's defaults, the
+/// user's patches, its own patch.
 fn node_config(base: &str, patches: &[Patch], node: &NodeRecord) -> Result<String, String> {
     let loaded = crate::config::load(base).map_err(|e| e.to_string())?.config;
+    let defaults = Patch::parse(LAUNCHER_DEFAULTS).map_err(|e| e.to_string())?;
     let own = Patch::parse(&node_patch(node)).map_err(|e| e.to_string())?;
-    let all: Vec<Patch> = patches.iter().cloned().chain([own]).collect();
+    let all: Vec<Patch> = std::iter::once(defaults).chain(patches.iter().cloned()).chain([own]).collect();
     let patched = patch::apply(&loaded, &all).map_err(|e| e.to_string())?;
     crate::config::validate(&patched).map_err(|e| e.to_string())?;
     Ok(patched.to_yaml())
@@ -341,6 +348,10 @@ mod tests {
         assert!(generated.node_configs[1].contains("hostname: w"), "the worker patch reaches workers only");
         assert!(!generated.node_configs[0].contains("hostname: w"));
         assert!(generated.node_configs.iter().all(|t| t.contains("10.0.2.3")), "the common patch reaches every node");
+        for text in &generated.node_configs {
+            let c = crate::config::load(text).unwrap().config;
+            assert!(crate::controllers::network::time_sync::time_settings(Some(&c)).disabled, "{text}");
+        }
         for f in [SECRETS_FILE, CONTROLPLANE_FILE, WORKER_FILE, TALOSCONFIG_FILE] {
             assert_eq!(std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
         }

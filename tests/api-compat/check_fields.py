@@ -300,6 +300,12 @@ def check_services(report: Report, ours: Ours, packages: list[str]) -> None:
             if base is None:
                 report.missing(f"{qualified}: service not in v1.6")
                 continue
+            # The v1.6 package's `time` module names google.protobuf.Empty in its handler table
+            # without importing it (its generator's defect); give it the module it means.
+            if not hasattr(module, "betterproto_lib_google_protobuf"):
+                import betterproto.lib.google.protobuf as well_known
+
+                module.betterproto_lib_google_protobuf = well_known
             mapping = base.__mapping__(base())
             for method in service.method:
                 path = f"/{qualified}/{method.name}"

@@ -101,8 +101,10 @@ enum Command {
     Reset(node::ResetArgs),
     /// Stream the nodes' events.
     Events(node::EventsArgs),
-    /// Check that the nodes answer, are running and their services are up.
+    /// Check that the nodes answer, are running, their services are up and their clocks synced.
     Health(node::HealthArgs),
+    /// Show the nodes' time and a time server's, as each node measures it.
+    Time(node::TimeArgs),
     /// Manage the talosconfig (endpoints, nodes, contexts) and mint client configs.
     Config {
         #[command(subcommand)]

@@ -174,6 +174,13 @@ pub struct EventsArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct TimeArgs {
+    /// Ask this time server (host or address, optional :port) instead of the node's first.
+    #[arg(short = 'c', long)]
+    check: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct HealthArgs {
     /// How long to wait for every node to be healthy.
     #[arg(long, default_value = "5m", value_parser = super::parse_duration)]
@@ -200,6 +207,7 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         Command::Reset(a) => power(cli, Power::Reset(a)),
         Command::Events(a) => events(cli, &a),
         Command::Health(a) => health(cli, &a),
+        Command::Time(a) => time(cli, &a),
         Command::Cluster { .. } | Command::Gen { .. } | Command::Config { .. } | Command::Completion { .. } => {
             ExitCode::FAILURE
         }
@@ -954,6 +962,25 @@ async fn unhealthy(session: &Session, target: &Target) -> Result<Vec<String>, St
             .unwrap_or_default();
         problems.push(format!("not ready ({})", unmet.join("; ")));
     }
+    let request = wire::GetRequest {
+        namespace: "runtime".into(),
+        r#type: "TimeStatuses.v1alpha1.talos.dev".into(),
+        id: "node".into(),
+        options: None,
+    };
+    match session.state().get(session.request(target, request)).await {
+        Ok(time) => {
+            let yaml = time.into_inner().resource.and_then(|r| r.spec).map(|s| s.yaml_spec).unwrap_or_default();
+            let spec: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap_or_default();
+            if spec["synced"].as_bool() != Some(true) {
+                problems.push("time is not in sync yet (TimeStatus)".to_string());
+            }
+        }
+        Err(s) if s.code() == tonic::Code::NotFound => {
+            problems.push("time sync has not reported yet (no TimeStatus)".to_string());
+        }
+        Err(s) => return Err(st(s)),
+    }
     let services = session.machine().service_list(session.request(target, ())).await.map_err(st)?.into_inner();
     for s in services.messages.into_iter().flat_map(|m| m.services) {
         if s.state != "Running" && s.state != "Finished" {
@@ -982,7 +1009,7 @@ fn health(cli: &Cli, a: &HealthArgs) -> ExitCode {
         };
         for target in session.targets() {
             let label = target.label(&session).to_string();
-            println!("waiting for {label} to be running and its services up");
+            println!("waiting for {label} to be running, its services up and its time in sync");
             loop {
                 let last = match unhealthy(&session, &target).await {
                     Ok(p) if p.is_empty() => {
@@ -1003,6 +1030,70 @@ fn health(cli: &Cli, a: &HealthArgs) -> ExitCode {
     })
 }
 
+fn time(cli: &Cli, a: &TimeArgs) -> ExitCode {
+    use crate::api::proto::time::TimeRequest;
+    let check = a.check.clone();
+    per_node(cli, "time", |session, target| {
+        let check = check.clone();
+        async move {
+            let reply = match check {
+                Some(server) => session.time().time_check(session.request(&target, TimeRequest { server })).await,
+                None => session.time().time(session.request(&target, ())).await,
+            }
+            .map_err(st)?
+            .into_inner();
+            let mut table = Table::new(["NODE", "NTP-SERVER", "NODE-TIME", "NTP-SERVER-TIME", "OFFSET"]);
+            for msg in reply.messages {
+                let (local, remote) = (msg.localtime.unwrap_or_default(), msg.remotetime.unwrap_or_default());
+                table.row([
+                    target.label(&session).to_string(),
+                    msg.server,
+                    rfc3339(&local),
+                    rfc3339(&remote),
+                    offset_text(&local, &remote),
+                ]);
+            }
+            table.print();
+            Ok(())
+        }
+    })
+}
+
+/// A protobuf timestamp as RFC 3339 UTC, to the millisecond.
+fn rfc3339(t: &prost_types::Timestamp) -> String {
+    let days = t.seconds.div_euclid(86_400);
+    let secs = t.seconds.rem_euclid(86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60,
+        t.nanos / 1_000_000
+    )
+}
+
+/// The server's time minus the node's, signed, in seconds.
+fn offset_text(local: &prost_types::Timestamp, remote: &prost_types::Timestamp) -> String {
+    let nanos = |t: &prost_types::Timestamp| i128::from(t.seconds) * 1_000_000_000 + i128::from(t.nanos);
+    let d = nanos(remote) - nanos(local);
+    format!(
+        "{}{}.{:06}s",
+        if d < 0 { "-" } else { "+" },
+        d.unsigned_abs() / 1_000_000_000,
+        d.unsigned_abs() % 1_000_000_000 / 1000
+    )
+}
+
 /// The machine's architecture in Go's naming, as Talos reports it.
 fn go_arch() -> &'static str {
     match std::env::consts::ARCH {
@@ -1015,6 +1106,16 @@ fn go_arch() -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::go_mode_string;
+
+    #[test]
+    fn times_print_as_rfc3339_and_offsets_signed() {
+        let t = |seconds, nanos| prost_types::Timestamp { seconds, nanos };
+        assert_eq!(super::rfc3339(&t(0, 0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(&t(1_795_000_000, 123_456_789)), "2026-11-18T11:06:40.123Z");
+        assert_eq!(super::rfc3339(&t(951_782_400, 0)), "2000-02-29T00:00:00.000Z");
+        assert_eq!(super::offset_text(&t(10, 0), &t(10, 12_345_678)), "+0.012345s");
+        assert_eq!(super::offset_text(&t(10, 0), &t(8, 500_000_000)), "-1.500000s");
+    }
 
     #[test]
     fn file_modes_print_as_go_does() {

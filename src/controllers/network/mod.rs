@@ -34,7 +34,7 @@ mod route_config;
 mod route_spec;
 mod route_status;
 mod spec_apply;
-mod time_sync;
+pub mod time_sync;
 mod timeserver_config;
 mod timeserver_spec;
 
@@ -67,7 +67,7 @@ pub use resolver_spec::{ResolverSpecController, resolver_spec_controller};
 pub use route_config::RouteConfigController;
 pub use route_spec::{RTNH_F_ONLINK, RouteSpecController};
 pub use route_status::RouteStatusController;
-pub use time_sync::{PollBounds, TimeSyncController, TimeSyncError};
+pub use time_sync::{HostClockController, PollBounds, TimeSyncController, TimeSyncError};
 pub use timeserver_config::TimeServerConfigController;
 pub use timeserver_spec::{TimeServerSpecController, time_server_spec_controller};
 

@@ -112,6 +112,73 @@ impl Default for PollBounds {
     }
 }
 
+/// Where a time server named in config is: an address, an address and port (`10.0.2.2:1123`,
+/// `[::1]:123`), a host name, or a host name and port. Port 123 unless named.
+pub fn server_address(server: &str) -> (String, u16) {
+    if let Ok(sa) = server.parse::<SocketAddr>() {
+        return (sa.ip().to_string(), sa.port());
+    }
+    if server.parse::<IpAddr>().is_ok() {
+        return (server.to_string(), sntp::PORT);
+    }
+    match server.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(port) => (host.to_string(), port),
+            Err(_) => (server.to_string(), sntp::PORT),
+        },
+        _ => (server.to_string(), sntp::PORT),
+    }
+}
+
+fn socket(target: &NetworkTarget, server: &SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let any: SocketAddr = if server.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
+    let socket = match target {
+        NetworkTarget::Node => std::net::UdpSocket::bind(any),
+        NetworkTarget::Namespace(ns) => ns.run(|| std::net::UdpSocket::bind(any))?,
+    }?;
+    socket.set_nonblocking(true)?;
+    Ok(socket)
+}
+
+/// One SNTP exchange with `server` from `target`'s network, timed by `clock`: the measured
+/// offset and delay. Touches no clock. The API's `TimeCheck` asks through this too.
+pub async fn query(
+    target: &NetworkTarget,
+    clock: &dyn Clock,
+    server: &str,
+) -> Result<sntp::Measurement, TimeSyncError> {
+    let io = |source| TimeSyncError::Io { server: server.to_string(), source };
+    let (host, port) = server_address(server);
+    let addr = match host.parse::<IpAddr>() {
+        Ok(ip) => SocketAddr::new(ip, port),
+        Err(_) => tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(io)?
+            .next()
+            .ok_or_else(|| TimeSyncError::NoAddress { server: server.to_string() })?,
+    };
+    let socket = tokio::net::UdpSocket::from_std(socket(target, &addr).map_err(io)?).map_err(io)?;
+    socket.connect(addr).await.map_err(io)?;
+    let exchange = async {
+        let t1 = Timestamp::from_system(clock.now());
+        socket.send(&sntp::request(t1)).await.map_err(io)?;
+        let mut buf = [0u8; 512];
+        loop {
+            let len = socket.recv(&mut buf).await.map_err(io)?;
+            let t4 = Timestamp::from_system(clock.now());
+            match sntp::parse_reply(&buf[..len], t1) {
+                // A stray or late datagram: keep waiting for ours.
+                Err(SntpError::NotOurs) => continue,
+                Err(source) => return Err(TimeSyncError::Reply { server: server.to_string(), source }),
+                Ok(reply) => return Ok(sntp::measure(t1, &reply, t4)),
+            }
+        }
+    };
+    tokio::time::timeout(QUERY_TIMEOUT, exchange)
+        .await
+        .map_err(|_| TimeSyncError::Timeout { server: server.to_string() })?
+}
+
 pub struct TimeSyncController {
     target: NetworkTarget,
     clock: Arc<dyn Clock>,
@@ -145,47 +212,9 @@ impl TimeSyncController {
         self
     }
 
-    fn socket(&self, server: &SocketAddr) -> std::io::Result<std::net::UdpSocket> {
-        let any: SocketAddr = if server.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
-        let socket = match &self.target {
-            NetworkTarget::Node => std::net::UdpSocket::bind(any),
-            NetworkTarget::Namespace(ns) => ns.run(|| std::net::UdpSocket::bind(any))?,
-        }?;
-        socket.set_nonblocking(true)?;
-        Ok(socket)
-    }
-
     /// One SNTP exchange with `server`: the measured offset.
     async fn query(&self, server: &str) -> Result<sntp::Measurement, TimeSyncError> {
-        let io = |source| TimeSyncError::Io { server: server.to_string(), source };
-        let addr = match server.parse::<IpAddr>() {
-            Ok(ip) => SocketAddr::new(ip, sntp::PORT),
-            Err(_) => tokio::net::lookup_host((server, sntp::PORT))
-                .await
-                .map_err(io)?
-                .next()
-                .ok_or_else(|| TimeSyncError::NoAddress { server: server.to_string() })?,
-        };
-        let socket = tokio::net::UdpSocket::from_std(self.socket(&addr).map_err(io)?).map_err(io)?;
-        socket.connect(addr).await.map_err(io)?;
-        let exchange = async {
-            let t1 = Timestamp::from_system(self.clock.now());
-            socket.send(&sntp::request(t1)).await.map_err(io)?;
-            let mut buf = [0u8; 512];
-            loop {
-                let len = socket.recv(&mut buf).await.map_err(io)?;
-                let t4 = Timestamp::from_system(self.clock.now());
-                match sntp::parse_reply(&buf[..len], t1) {
-                    // A stray or late datagram: keep waiting for ours.
-                    Err(SntpError::NotOurs) => continue,
-                    Err(source) => return Err(TimeSyncError::Reply { server: server.to_string(), source }),
-                    Ok(reply) => return Ok(sntp::measure(t1, &reply, t4)),
-                }
-            }
-        };
-        tokio::time::timeout(QUERY_TIMEOUT, exchange)
-            .await
-            .map_err(|_| TimeSyncError::Timeout { server: server.to_string() })?
+        query(&self.target, self.clock.as_ref(), server).await
     }
 
     /// Asks the servers in order; adjusts the clock by the first usable answer.
@@ -281,12 +310,53 @@ impl Controller for TimeSyncController {
     }
 }
 
+/// Container mode's `TimeStatus`: the node process keeps the host's clock, so sync is
+/// disabled and the time counts as synced (as for Talos in Docker, `machine.time.disabled`).
+pub struct HostClockController;
+
+#[async_trait::async_trait]
+impl Controller for HostClockController {
+    fn name(&self) -> String {
+        "HostClockController".to_string()
+    }
+
+    fn inputs(&self) -> Vec<Input> {
+        Vec::new()
+    }
+
+    fn outputs(&self) -> Vec<Output> {
+        vec![Output::exclusive::<TimeStatus>()]
+    }
+
+    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
+        let status = TimeStatus { synced: true, epoch: 0, sync_disabled: true };
+        ctx.apply(time::NAMESPACE, TimeStatus::ID, status)?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn config(text: &str) -> Config {
         crate::config::load(text).unwrap().config
+    }
+
+    #[test]
+    fn server_addresses_with_and_without_ports() {
+        let table = [
+            ("10.0.2.2", ("10.0.2.2", 123)),
+            ("10.0.2.2:1123", ("10.0.2.2", 1123)),
+            ("fd00::1", ("fd00::1", 123)),
+            ("[fd00::1]:1123", ("fd00::1", 1123)),
+            ("time.cloudflare.com", ("time.cloudflare.com", 123)),
+            ("ntp.example:4123", ("ntp.example", 4123)),
+            ("ntp.example:x", ("ntp.example:x", 123)),
+        ];
+        for (server, (host, port)) in table {
+            assert_eq!(server_address(server), (host.to_string(), port), "{server}");
+        }
     }
 
     #[test]
