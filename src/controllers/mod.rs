@@ -101,6 +101,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(resolver_spec_controller())));
     all.push((Scope::NodeOnly, Box::new(time_server_spec_controller())));
     all.push((Scope::NodeOnly, Box::new(NodeAddressController)));
+    all.push((Scope::NodeOnly, Box::new(DeviceConfigController)));
     all.push((Scope::NodeOnly, Box::new(EtcFileController)));
     all.push((Scope::NodeOnly, Box::new(files::EtcFileSpecController::new(files::SYSTEM_ETC))));
     all.push((Scope::NodeOnly, Box::new(NetworkStatusController)));
