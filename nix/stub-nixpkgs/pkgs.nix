@@ -25,9 +25,12 @@ let
         // {
           inherit system;
           builder = "/bin/bash";
+          # The script ends on a builtin. Otherwise bash execs its last command, and a
+          # coreutils one closes stdout before it exits: Nix takes the log pipe's EOF for
+          # the builder's end, kills it, and reports "failed due to signal 9".
           args = [
             "-euc"
-            script
+            (script + "\n:\n")
           ];
           PATH = lib.makeBinPath nativeBuildInputs + ":" + hostPath;
         }
