@@ -125,7 +125,7 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
 impl AddressSpecController {
     async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<AddressSpec>]) -> Result<(), NetlinkError> {
         let netlink = self.connection.get()?;
-        let links: HashMap<String, u32> = netlink.links().await?.into_iter().map(|l| (l.name, l.index)).collect();
+        let links = netlink.link_indexes().await?;
         let kernel = index_addresses(netlink.addresses(None).await?);
         let steps = specs
             .iter()

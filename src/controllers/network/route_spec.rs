@@ -158,7 +158,7 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
 impl RouteSpecController {
     async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<RouteSpec>]) -> Result<(), NetlinkError> {
         let netlink = self.connection.get()?;
-        let links: HashMap<String, u32> = netlink.links().await?.into_iter().map(|l| (l.name, l.index)).collect();
+        let links = netlink.link_indexes().await?;
         let kernel = index_routes(netlink.routes(None).await?);
         // Many requests in flight on the one socket rather than one round trip after another.
         // A route whose gateway another spec's route makes reachable may fail this once; it

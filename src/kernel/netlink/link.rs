@@ -447,6 +447,11 @@ fn kind_name(kind: &InfoKind) -> String {
 }
 
 impl Netlink {
+    /// Each link's index by name: how the spec controllers address a link named in a spec.
+    pub async fn link_indexes(&self) -> Result<std::collections::HashMap<String, u32>, NetlinkError> {
+        Ok(self.links().await?.into_iter().map(|l| (l.name, l.index)).collect())
+    }
+
     /// Every link in the namespace.
     pub async fn links(&self) -> Result<Vec<Link>, NetlinkError> {
         let messages: Vec<LinkMessage> = self
