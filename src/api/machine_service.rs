@@ -21,6 +21,7 @@ use super::events::{EventLog, Tail};
 use super::node::{Node, PowerAction, ServiceAction};
 use super::proto::common;
 use super::proto::machine::{self as m, machine_service_server::MachineService};
+use super::timestamp;
 use crate::cosi::State;
 
 pub struct MachineApi {
@@ -183,11 +184,6 @@ async fn follow_events(log: Arc<EventLog>, tail: Tail, actor: String, tx: mpsc::
             }
         }
     }
-}
-
-fn timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
 }
 
 /// Go's names for the architectures talosbox builds for.

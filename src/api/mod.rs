@@ -24,6 +24,15 @@ pub mod state_service;
 pub mod time_service;
 pub mod trustd;
 
+/// `t` as a protobuf timestamp (never before the epoch).
+pub fn timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {
+    let d = t.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
 /// The roles asserted in a call's `talos-role` metadata (as apid sets them; a value may list
 /// several, comma-separated).
 pub fn roles(metadata: &tonic::metadata::MetadataMap) -> Vec<String> {

@@ -8,13 +8,13 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use futures::Stream;
 use tokio::sync::mpsc;
 use tonic::{Code, Request, Response, Status};
 
 use super::proto::cosi::resource as wire;
+use super::timestamp;
 use crate::cosi::{
     Access, AnyResource, Event, IdQuery, LabelOp, LabelQuery, LabelTerm, ListOptions, Registry, State, StateError,
     StateView, WatchError, WatchOptions, WatchStart,
@@ -74,11 +74,6 @@ fn status(e: StateError) -> Status {
         _ => Code::Internal,
     };
     Status::new(code, e.to_string())
-}
-
-fn timestamp(t: SystemTime) -> prost_types::Timestamp {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    prost_types::Timestamp { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }
 }
 
 /// A stored resource in COSI's wire form: both spec encodings where the type has both.

@@ -4,12 +4,11 @@
 //! time sync controller's work.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
 use tonic::{Request, Response, Status};
 
 use super::node::Node;
 use super::proto::time::{self as t, time_service_server::TimeService};
+use super::timestamp;
 use crate::cosi::State;
 use crate::resources::network::{self as net, TimeServerStatus};
 
@@ -34,12 +33,6 @@ impl TimeApi {
             }],
         }))
     }
-}
-
-/// A protobuf timestamp of `t` (never before the epoch).
-pub fn timestamp(t: SystemTime) -> prost_types::Timestamp {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO);
-    prost_types::Timestamp { seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX), nanos: d.subsec_nanos() as i32 }
 }
 
 #[tonic::async_trait]
