@@ -2,6 +2,7 @@
 //! the binary that dispatches into it by name.
 
 pub mod api;
+pub mod block;
 pub mod applets;
 pub mod client;
 pub mod config;
