@@ -2,8 +2,8 @@
 //! the binary that dispatches into it by name.
 
 pub mod api;
-pub mod block;
 pub mod applets;
+pub mod block;
 pub mod client;
 pub mod config;
 pub mod controllers;
@@ -15,6 +15,7 @@ pub mod machined;
 pub mod network;
 pub mod panic;
 pub mod pki;
+pub mod platform;
 pub mod provision;
 pub mod resources;
 pub mod services;

@@ -145,3 +145,38 @@ fn attach_errors_name_the_file() {
     let err = loopdev::attach_read_only(missing, Path::new("/dev")).expect_err("missing file");
     assert!(err.to_string().starts_with("opening /nonexistent/rootfs.sqsh: "), "{err}");
 }
+
+/// A nocloud seed on a real block device: a cidata ISO made by genisoimage, attached to a loop
+/// device, is found among this host's block devices (`/sys/class/block`, `/dev`) by its label
+/// and its files are read from the device without mounting it.
+#[test]
+fn a_cidata_iso_on_a_loop_device_is_found_and_read() {
+    use talosbox::kernel::cmdline::Cmdline;
+    use talosbox::platform::nocloud::{self, Paths, Source};
+    require_root();
+    let scratch = Scratch::new("cidata");
+    let files = scratch.dir.join("seed");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("meta-data"), "instance-id: loop-test\nlocal-hostname: loop-1\n").unwrap();
+    std::fs::write(files.join("network-config"), "version: 2\nethernets: {}\n").unwrap();
+    let iso = scratch.dir.join("seed.iso");
+    let out = Command::new("genisoimage")
+        .args(["-quiet", "-volid", "cidata", "-joliet", "-rock", "-o"])
+        .arg(&iso)
+        .arg(&files)
+        .output()
+        .expect("running genisoimage (apt-get install genisoimage)");
+    assert!(out.status.success(), "genisoimage: {}", String::from_utf8_lossy(&out.stderr));
+    let device = loopdev::attach_read_only(&iso, Path::new("/dev")).expect("attaching the seed image");
+
+    let devices = talosbox::block::block_devices(Path::new("/sys/class/block"), Path::new("/dev")).unwrap();
+    assert!(devices.contains(&device.path().to_path_buf()), "{} among {devices:?}", device.path().display());
+    let seed = nocloud::locate(&Cmdline::parse("talos.platform=nocloud"), &Paths::node()).expect("the seed is found");
+    let Source::Disk { path, filesystem } = &seed.source else { panic!("a disk seed: {seed:?}") };
+    assert_eq!(filesystem, &"iso9660");
+    assert_eq!(path, device.path(), "another cidata device on this host sorts before the test's");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let meta = rt.block_on(seed.read(nocloud::META_DATA)).unwrap().unwrap();
+    assert_eq!(meta, "instance-id: loop-test\nlocal-hostname: loop-1\n");
+    assert_eq!(rt.block_on(seed.read(nocloud::USER_DATA)).unwrap(), None);
+}

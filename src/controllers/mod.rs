@@ -87,6 +87,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(TimeServerConfigController::new())));
     all.push((Scope::NodeOnly, Box::new(OperatorConfigController::new())));
     all.push((Scope::NodeOnly, Box::new(ImageNetworkConfigController::new(IMAGE_NETWORK_CONFIG_PATH))));
+    all.push((Scope::NodeOnly, Box::new(PlatformConfigController::new(crate::platform::nocloud::Paths::node()))));
     all.extend(merge_controllers().into_iter().map(|c| (Scope::NodeOnly, c)));
     all.push((Scope::NodeOnly, Box::new(AddressSpecController::new(NetworkTarget::Node))));
     all.push((Scope::NodeOnly, Box::new(AddressStatusController::new(NetworkTarget::Node))));

@@ -35,8 +35,10 @@ use tokio_util::sync::CancellationToken;
 use crate::api::events::EventLog;
 use crate::controllers::{self, ControllerSet, Environment};
 use crate::cosi::{Event, RegistryError, Resource, Runtime, RuntimeError, State};
+use crate::kernel::cmdline::Cmdline;
 use crate::kernel::console;
 use crate::kernel::power::{self, PowerAction};
+use crate::platform::Platform;
 use crate::resources::runtime::{MachineStage, MachineStatus, NAMESPACE, ShutdownAction, ShutdownRequest};
 use crate::services::{LogRing, Program, ReapMode, Reaper, ServiceDefinition, Supervisor};
 use config_store::ConfigStore;
@@ -404,7 +406,11 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let default_hostname = mode.default_hostname();
     let node = Arc::new(node::MachineNode {
         platform: match mode {
-            Mode::Node => ("metal".to_string(), "metal".to_string()),
+            Mode::Node => {
+                let cmdline = Cmdline::read(Path::new(controllers::runtime::kernel_cmdline::PROC_CMDLINE));
+                let platform = cmdline.map(|c| Platform::from_cmdline(&c)).unwrap_or(Platform::Metal);
+                (platform.name().to_string(), platform.mode().to_string())
+            }
             Mode::Container { .. } => ("container".to_string(), "container".to_string()),
         },
         hostname: Box::new(move || configured_hostname(&hostname_store).unwrap_or_else(|| default_hostname.clone())),

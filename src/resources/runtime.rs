@@ -299,6 +299,49 @@ impl ResourceSpec for ApiServiceConfig {
 }
 
 /// Registers the runtime namespace and every runtime type.
+/// What the platform says about the machine, Talos's PlatformMetadata, id `platformmetadata`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlatformMetadata {
+    pub platform: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub hostname: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub region: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub zone: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance_type: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub provider_id: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spot: bool,
+    #[serde(default, rename = "internalDNS", skip_serializing_if = "String::is_empty")]
+    pub internal_dns: String,
+    #[serde(default, rename = "externalDNS", skip_serializing_if = "String::is_empty")]
+    pub external_dns: String,
+}
+
+impl PlatformMetadata {
+    pub const ID: &'static str = "platformmetadata";
+}
+
+impl ResourceSpec for PlatformMetadata {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "PlatformMetadatas.talos.dev",
+        aliases: &[],
+        default_namespace: NAMESPACE,
+        print_columns: &[
+            PrintColumn { name: "Platform", json_path: "{.platform}" },
+            PrintColumn { name: "Hostname", json_path: "{.hostname}" },
+            PrintColumn { name: "Instance ID", json_path: "{.instanceId}" },
+        ],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+}
+
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.add_namespace(NAMESPACE, "Talos runtime.")?;
     registry.register::<KernelCmdline>()?;
@@ -308,6 +351,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<ShutdownRequest>()?;
     registry.register::<Service>()?;
     registry.register::<ApiServiceConfig>()?;
+    registry.register::<PlatformMetadata>()?;
     Ok(())
 }
 

@@ -111,6 +111,11 @@ pub(crate) mod testing {
         h.seed(NAMESPACE, name, status).unwrap();
     }
 
+    pub(crate) fn seed_cmdline(h: &Harness, cmdline: &str) {
+        let spec = crate::resources::runtime::KernelCmdline { cmdline: cmdline.into() };
+        h.seed(crate::resources::runtime::NAMESPACE, crate::resources::runtime::KernelCmdline::ID, spec).unwrap();
+    }
+
     pub(crate) fn seed_loopback(h: &Harness) {
         let status = LinkStatus { link_type: LinkType::LOOPBACK, flags: LinkFlags::LOOPBACK, ..LinkStatus::default() };
         h.seed(NAMESPACE, "lo", status).unwrap();
