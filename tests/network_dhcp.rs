@@ -311,7 +311,7 @@ async fn dhcp4_lease_reaches_the_kernel_renews_at_t1_and_is_released_on_stop() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dhcp6_gets_an_ia_na_address_and_dns_and_releases_on_stop() {
+async fn dhcp6_gets_an_ia_na_address_and_dns_renews_at_t1_and_releases_on_stop() {
     let (client, server) = wire();
     let dnsmasq = Dnsmasq::start(
         &server,
@@ -353,25 +353,43 @@ async fn dhcp6_gets_an_ia_na_address_and_dns_and_releases_on_stop() {
     })
     .await;
     let operator = Arc::clone(&started.v6.lock().unwrap()[0]);
-    let status = status6_until(&operator, "bound", |s| s.state == "bound").await;
+    let status = status6_until(&operator, "bound", WAIT, |s| s.state == "bound").await;
     assert_eq!(status.address.map(IpAddr::V6), Some(address.addr()));
+
+    // Renewal at T1: dnsmasq's shortest lease is 2 minutes and it sets T1 to half of it, so
+    // the client RENEWs to the server that granted the lease after a minute, and keeps it.
+    let renewed = status6_until(&operator, "a renewed lease", Duration::from_secs(100), |s| s.replies >= 2).await;
+    assert_eq!((renewed.state, renewed.address.map(IpAddr::V6)), ("bound", Some(address.addr())));
+    dnsmasq.logged("DHCPRENEW(b)", 1).await;
+    dnsmasq.logged("DHCPREPLY(b)", 2).await;
+    let log = dnsmasq.log.borrow().clone();
+    assert_eq!(Dnsmasq::count(&log, "DHCPSOLICIT(b)"), 1, "renewed, not solicited again:\n{}", log.join("\n"));
+    assert!(
+        h.state().find::<AddressSpec>(NAMESPACE, &format!("a/{address}")).unwrap().is_some(),
+        "kept through the renewal"
+    );
 
     // Stopping releases the address with the server and takes it off the link.
     h.unseed::<OperatorSpec>(CONFIG_NAMESPACE, &layered_id(ConfigLayer::Default, "dhcp6/a")).unwrap();
     dnsmasq.logged("DHCPRELEASE(b)", 1).await;
-    status6_until(&operator, "stopped", |s| s.state == "stopped" && s.releases == 1).await;
+    status6_until(&operator, "stopped", WAIT, |s| s.state == "stopped" && s.releases == 1).await;
     h.assert_absent::<AddressStatus>(NAMESPACE, &format!("a/{address}")).await;
     h.stop().await;
 }
 
-async fn status6_until(operator: &Dhcp6Operator, what: &str, pred: impl FnMut(&Dhcp6Status) -> bool) -> Dhcp6Status {
+async fn status6_until(
+    operator: &Dhcp6Operator,
+    what: &str,
+    wait: Duration,
+    pred: impl FnMut(&Dhcp6Status) -> bool,
+) -> Dhcp6Status {
     let mut rx = operator.status();
-    let got = match tokio::time::timeout(WAIT, rx.wait_for(pred)).await {
+    let got = match tokio::time::timeout(wait, rx.wait_for(pred)).await {
         Ok(Ok(s)) => Some(s.clone()),
         _ => None,
     };
     got.unwrap_or_else(|| {
-        panic!("the DHCPv6 client did not get to {what} within {WAIT:?}; it is at {:?}", *operator.status().borrow())
+        panic!("the DHCPv6 client did not get to {what} within {wait:?}; it is at {:?}", *operator.status().borrow())
     })
 }
 
