@@ -336,31 +336,11 @@ mod tests {
     use std::io::Cursor;
     use std::process::Command;
 
-    /// A FAT image made by mkfs.fat (dosfstools) with the files copied in by mcopy (mtools),
-    /// the tools cloud-init's documentation uses for a vfat seed.
+    /// A FAT image made by mkfs.fat and mcopy, as bytes.
     fn image(fat: u8, kib: u32, label: &str, files: &[(&str, &[u8])]) -> (tempfile::TempDir, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("fat.img");
-        let out = Command::new("mkfs.fat")
-            .args(["-C", "-F", &fat.to_string(), "-n", label, "-i", "12345678"])
-            .arg(&img)
-            .arg(kib.to_string())
-            .output()
-            .expect("mkfs.fat (dosfstools) runs");
-        assert!(out.status.success(), "mkfs.fat: {}", String::from_utf8_lossy(&out.stderr));
-        for (name, bytes) in files {
-            let src = dir.path().join(name);
-            std::fs::write(&src, bytes).unwrap();
-            let out = Command::new("mcopy")
-                .env("MTOOLS_SKIP_CHECK", "1")
-                .arg("-i")
-                .arg(&img)
-                .arg(&src)
-                .arg(format!("::{name}"))
-                .output()
-                .expect("mcopy (mtools) runs");
-            assert!(out.status.success(), "mcopy: {}", String::from_utf8_lossy(&out.stderr));
-        }
+        crate::block::testing::vfat(&img, Some(fat), kib, label, files);
         let bytes = std::fs::read(&img).unwrap();
         (dir, bytes)
     }

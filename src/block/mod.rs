@@ -97,6 +97,40 @@ pub fn find_by_label(devices: &[PathBuf], labels: &[&str]) -> Option<(PathBuf, F
     })
 }
 
+/// FAT images made by the real tools, for the tests here and of the nocloud seed.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+    use std::process::Command;
+
+    /// Formats `img` (created, `kib` KiB) with mkfs.fat (dosfstools), FAT type `fat` or
+    /// mkfs.fat's choice, label `label`, and copies `files` into its root with mcopy (mtools),
+    /// as cloud-init's documentation makes a vfat seed.
+    pub(crate) fn vfat(img: &Path, fat: Option<u8>, kib: u32, label: &str, files: &[(&str, &[u8])]) {
+        let mut mkfs = Command::new("mkfs.fat");
+        mkfs.arg("-C").args(["-n", label, "-i", "12345678"]);
+        if let Some(fat) = fat {
+            mkfs.args(["-F", &fat.to_string()]);
+        }
+        let out = mkfs.arg(img).arg(kib.to_string()).output().expect("mkfs.fat (dosfstools) runs");
+        assert!(out.status.success(), "mkfs.fat: {}", String::from_utf8_lossy(&out.stderr));
+        let dir = tempfile::tempdir().unwrap();
+        for (name, bytes) in files {
+            let src = dir.path().join(name);
+            std::fs::write(&src, bytes).unwrap();
+            let out = Command::new("mcopy")
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .arg("-i")
+                .arg(img)
+                .arg(&src)
+                .arg(format!("::{name}"))
+                .output()
+                .expect("mcopy (mtools) runs");
+            assert!(out.status.success(), "mcopy: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -278,13 +278,7 @@ mod tests {
         // A seed disk appears: a vfat image standing in for /dev/vdb.
         std::fs::create_dir(p.sys_class_block.join("vdb")).unwrap();
         std::fs::write(p.sys_class_block.join("vdb/size"), "2880\n").unwrap();
-        let out = std::process::Command::new("mkfs.fat")
-            .args(["-C", "-n", "cidata"])
-            .arg(p.dev.join("vdb"))
-            .arg("1440")
-            .output()
-            .unwrap();
-        assert!(out.status.success());
+        crate::block::testing::vfat(&p.dev.join("vdb"), None, 1440, "cidata", &[]);
         let seed = locate(&none, &p).unwrap();
         assert_eq!(seed.source, Source::Disk { path: p.dev.join("vdb"), filesystem: "vfat" });
         assert!(seed.describe().ends_with("/dev/vdb (vfat)"), "{}", seed.describe());

@@ -6,12 +6,13 @@
 //! longer gives are removed. A parameter that cannot be read fails the `KernelCmdline` key
 //! with a message naming it, and the command line then contributes nothing, as in Talos.
 
+use super::config_inputs::candidate_outputs;
 use crate::cosi::{Context, Controller, Input, Output, Pointer, ReconcileError, ResourceSpec};
 use crate::kernel::cmdline::Cmdline;
 use crate::network::cmdline::{CmdlineNetworking, LinkResolver, parse};
 use crate::resources::network::{
-    AddressSpec, CONFIG_NAMESPACE, ConfigLayer, HostnameSpec, LinkFlags, LinkSpec, LinkStatus, LinkType, NAMESPACE,
-    OperatorSpec, ResolverSpec, RouteSpec, TimeServerSpec, layered_id, operator_id,
+    CONFIG_NAMESPACE, ConfigLayer, HostnameSpec, LinkFlags, LinkStatus, LinkType, NAMESPACE, ResolverSpec,
+    TimeServerSpec, layered_id, operator_id,
 };
 use crate::resources::runtime::{self, KernelCmdline};
 
@@ -94,15 +95,7 @@ impl Controller for CmdlineConfigController {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![
-            Output::shared::<AddressSpec>(),
-            Output::shared::<RouteSpec>(),
-            Output::shared::<LinkSpec>(),
-            Output::shared::<HostnameSpec>(),
-            Output::shared::<ResolverSpec>(),
-            Output::shared::<TimeServerSpec>(),
-            Output::shared::<OperatorSpec>(),
-        ]
+        candidate_outputs()
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
@@ -128,6 +121,7 @@ impl Controller for CmdlineConfigController {
 mod tests {
     use super::*;
     use crate::cosi::Harness;
+    use crate::resources::network::{AddressSpec, LinkSpec, OperatorSpec, RouteSpec};
     use crate::resources::network::{IpPrefix, Operator};
 
     fn seed_cmdline(h: &Harness, text: &str) {

@@ -4,12 +4,15 @@
 
 use crate::config::NetworkView;
 use crate::config::network::Device;
-use crate::cosi::{Context, Input, Pointer, ReconcileError, ResourceSpec};
+use crate::cosi::{Context, Input, Output, Pointer, ReconcileError, ResourceSpec};
 use crate::kernel::cmdline::Cmdline;
 use crate::network::cmdline::{CmdlineNetworking, LinkResolver};
 use crate::network::config::resolve_devices;
 use crate::resources::config::{self as cfg, MachineConfig};
-use crate::resources::network::{CONFIG_NAMESPACE, ConfigLayer, LinkStatus, NAMESPACE, layered_id};
+use crate::resources::network::{
+    AddressSpec, CONFIG_NAMESPACE, ConfigLayer, HostnameSpec, LinkSpec, LinkStatus, NAMESPACE, OperatorSpec,
+    ResolverSpec, RouteSpec, TimeServerSpec, layered_id,
+};
 use crate::resources::runtime::{self, KernelCmdline};
 
 use super::link_resolver;
@@ -43,6 +46,20 @@ pub(crate) fn network_view(ctx: &mut Context) -> Result<Option<NetworkView>, Rec
 /// The node's links by name.
 pub(crate) fn link_statuses(ctx: &Context) -> Result<Vec<(String, LinkStatus)>, ReconcileError> {
     Ok(ctx.list::<LinkStatus>(NAMESPACE)?.into_iter().map(|r| (r.id().to_string(), r.spec().clone())).collect())
+}
+
+/// Every kind of candidate a source writes, shared with the other sources: what the
+/// command-line, image and platform controllers each declare.
+pub(crate) fn candidate_outputs() -> Vec<Output> {
+    vec![
+        Output::shared::<AddressSpec>(),
+        Output::shared::<RouteSpec>(),
+        Output::shared::<LinkSpec>(),
+        Output::shared::<HostnameSpec>(),
+        Output::shared::<ResolverSpec>(),
+        Output::shared::<TimeServerSpec>(),
+        Output::shared::<OperatorSpec>(),
+    ]
 }
 
 /// The kernel command line, as the controllers that must know what it configures watch it.

@@ -13,15 +13,14 @@
 
 use std::path::PathBuf;
 
-use super::config_inputs::{Resolved, link_statuses, put};
+use super::config_inputs::{Resolved, candidate_outputs, link_statuses, put};
 use crate::config::{ConfigError, NetworkView};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::network::config::{
     address_specs, hostname_spec, link_specs, operator_specs, resolver_spec, route_specs, time_server_spec,
 };
 use crate::resources::network::{
-    AddressSpec, ConfigLayer, HostnameSpec, LinkSpec, LinkStatus, NAMESPACE, OperatorSpec, ResolverSpec, RouteSpec,
-    TimeServerSpec, link_id, operator_id,
+    ConfigLayer, HostnameSpec, LinkStatus, NAMESPACE, ResolverSpec, TimeServerSpec, link_id, operator_id,
 };
 
 /// Where an image keeps its network file.
@@ -77,15 +76,7 @@ impl Controller for ImageNetworkConfigController {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![
-            Output::shared::<AddressSpec>(),
-            Output::shared::<RouteSpec>(),
-            Output::shared::<LinkSpec>(),
-            Output::shared::<HostnameSpec>(),
-            Output::shared::<ResolverSpec>(),
-            Output::shared::<TimeServerSpec>(),
-            Output::shared::<OperatorSpec>(),
-        ]
+        candidate_outputs()
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
@@ -132,6 +123,7 @@ mod tests {
     use super::*;
     use crate::cosi::Harness;
     use crate::resources::network::CONFIG_NAMESPACE;
+    use crate::resources::network::{AddressSpec, LinkSpec, OperatorSpec, RouteSpec};
 
     fn file(text: &str) -> (tempfile::TempDir, PathBuf) {
         let dir = tempfile::tempdir().unwrap();

@@ -13,16 +13,13 @@
 
 use std::time::{Duration, Instant};
 
-use super::config_inputs::{cmdline_input, link_statuses, put};
+use super::config_inputs::{candidate_outputs, cmdline_input, link_statuses, put};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::kernel::cmdline::Cmdline;
 use crate::network::nocloud::parse_network_config;
 use crate::platform::Platform;
 use crate::platform::nocloud::{self, DataSource, MetaData, Paths, Seed};
-use crate::resources::network::{
-    AddressSpec, ConfigLayer, HostnameSpec, LinkSpec, LinkStatus, NAMESPACE, OperatorSpec, ResolverSpec, RouteSpec,
-    link_id, operator_id,
-};
+use crate::resources::network::{ConfigLayer, HostnameSpec, LinkStatus, NAMESPACE, ResolverSpec, link_id, operator_id};
 use crate::resources::runtime::{self, KernelCmdline, PlatformMetadata};
 
 const LAYER: ConfigLayer = ConfigLayer::Platform;
@@ -107,15 +104,9 @@ impl Controller for PlatformConfigController {
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![
-            Output::shared::<AddressSpec>(),
-            Output::shared::<RouteSpec>(),
-            Output::shared::<LinkSpec>(),
-            Output::shared::<HostnameSpec>(),
-            Output::shared::<ResolverSpec>(),
-            Output::shared::<OperatorSpec>(),
-            Output::exclusive::<PlatformMetadata>(),
-        ]
+        let mut outputs = candidate_outputs();
+        outputs.push(Output::exclusive::<PlatformMetadata>());
+        outputs
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
@@ -186,6 +177,7 @@ mod tests {
     use super::*;
     use crate::cosi::Harness;
     use crate::resources::network::CONFIG_NAMESPACE;
+    use crate::resources::network::{AddressSpec, RouteSpec};
     use std::path::Path;
 
     const NETWORK: &str = "version: 1\nconfig:\n  - type: physical\n    name: eth0\n    mac_address: \"52:54:00:00:00:01\"\n    subnets:\n      - type: static\n        address: 10.0.2.20\n        netmask: 255.255.255.0\n        gateway: 10.0.2.2\n  - type: nameserver\n    address: [10.0.2.3]\n";
@@ -202,22 +194,8 @@ mod tests {
     fn seed_disk(p: &Paths, files: &[(&str, &str)]) {
         std::fs::create_dir_all(p.sys_class_block.join("vdb")).unwrap();
         std::fs::write(p.sys_class_block.join("vdb/size"), "2880\n").unwrap();
-        let img = p.dev.join("vdb");
-        let ok = std::process::Command::new("mkfs.fat").args(["-C", "-n", "CIDATA"]).arg(&img).arg("1440").output();
-        assert!(ok.unwrap().status.success());
-        for (name, text) in files {
-            let src = p.dev.join(name);
-            std::fs::write(&src, text).unwrap();
-            let out = std::process::Command::new("mcopy")
-                .env("MTOOLS_SKIP_CHECK", "1")
-                .arg("-i")
-                .arg(&img)
-                .arg(&src)
-                .arg(format!("::{name}"))
-                .output()
-                .unwrap();
-            assert!(out.status.success());
-        }
+        let files: Vec<(&str, &[u8])> = files.iter().map(|(n, t)| (*n, t.as_bytes())).collect();
+        crate::block::testing::vfat(&p.dev.join("vdb"), None, 1440, "CIDATA", &files);
     }
 
     #[tokio::test]
