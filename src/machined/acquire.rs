@@ -63,7 +63,12 @@ pub async fn from_cmdline(state: State, store: Arc<ConfigStore>, cancel: Cancell
                 async move {
                     match seed.read(nocloud::USER_DATA).await.map_err(|e| e.to_string())? {
                         Some(text) if nocloud::is_machine_config(&text) => Ok(Some(text)),
-                        Some(_) => Err("not a machine configuration (a cloud-init document)".to_string()),
+                        Some(_) => {
+                            console::line(
+                                "config: the nocloud user-data is a cloud-init document, not a machine configuration",
+                            );
+                            Ok(None)
+                        }
                         None => Ok(None),
                     }
                 }
