@@ -9,7 +9,7 @@
 
 use std::io::{self, Read, Seek};
 
-use super::{invalid, read_at};
+use super::{invalid, le16, le32, read_at};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FatKind {
@@ -47,14 +47,6 @@ pub struct Entry {
     pub directory: bool,
     first_cluster: u32,
     pub size: u32,
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 fn label_text(raw: &[u8]) -> String {

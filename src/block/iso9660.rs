@@ -11,7 +11,7 @@
 
 use std::io::{self, Read, Seek};
 
-use super::{invalid, read_at};
+use super::{invalid, le16, le32, read_at};
 
 const SECTOR: u64 = 2048;
 const FIRST_DESCRIPTOR: u64 = 16;
@@ -46,14 +46,6 @@ pub struct Entry {
     extent: u32,
     pub size: u32,
     multi_extent: bool,
-}
-
-fn le16(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-
-fn le32(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 fn ucs2(raw: &[u8]) -> String {

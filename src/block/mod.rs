@@ -13,6 +13,15 @@ pub(crate) fn invalid(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
 }
 
+/// The little-endian integers of on-disk structures, at byte `at` of `b`.
+pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
 /// Fills `buf` from `offset`; `Ok(false)` when the device ends first.
 pub(crate) fn read_at<R: Read + Seek>(dev: &mut R, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
     dev.seek(SeekFrom::Start(offset))?;
