@@ -1,6 +1,7 @@
 //! Typed resource specs, per domain, under Talos's type names. Plain data: nothing here
 //! reads a file or talks to the kernel.
 
+pub mod block;
 pub mod config;
 pub mod files;
 pub mod network;
@@ -20,5 +21,6 @@ pub fn registry() -> Result<Registry, RegistryError> {
     network::register(&mut registry)?;
     files::register(&mut registry)?;
     time::register(&mut registry)?;
+    block::register(&mut registry)?;
     Ok(registry)
 }

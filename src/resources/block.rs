@@ -1,0 +1,556 @@
+//! Block resources, under Talos's names and fields (`<Plural>.block.talos.dev`, namespace
+//! `runtime`): the devices the kernel has (`BlockDevice`), the disks among them (`Disk`), what
+//! a probe found on each (`DiscoveredVolume`), which disk holds the OS (`SystemDisk`), the
+//! volumes the node wants (`VolumeConfig`) and how far each got (`VolumeStatus`), and the
+//! mounts made of them (`MountStatus`). Plain data: nothing here reads a device.
+//!
+//! Beyond Talos, a `VolumeStatus` says for every disk why it was or was not picked for the
+//! volume and what size the volume would get there (`diskMatches`), so a selector or a size
+//! that surprises can be read back instead of guessed at.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cosi::{PrintColumn, Registry, RegistryError, ResourceDefinition, ResourceSpec, Sensitivity};
+
+pub use super::runtime::NAMESPACE;
+
+/// Size suffixes as Talos prints them (go-humanize, powers of 1000).
+pub fn pretty_size(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+    if bytes < 10 {
+        return format!("{bytes} B");
+    }
+    let exp = ((bytes as f64).ln() / 1000f64.ln()).floor() as usize;
+    let exp = exp.min(UNITS.len() - 1);
+    let value = (bytes as f64 / 1000f64.powi(exp as i32) * 10.0 + 0.5).floor() / 10.0;
+    if value < 10.0 { format!("{value:.1} {}", UNITS[exp]) } else { format!("{value:.0} {}", UNITS[exp]) }
+}
+
+macro_rules! definition {
+    ($t:ty, $name:literal, [$($col:literal => $path:literal),* $(,)?]) => {
+        impl ResourceSpec for $t {
+            const DEFINITION: ResourceDefinition = ResourceDefinition {
+                type_name: $name,
+                aliases: &[],
+                default_namespace: NAMESPACE,
+                print_columns: &[$(PrintColumn { name: $col, json_path: $path }),*],
+                sensitivity: Sensitivity::NonSensitive,
+            };
+        }
+    };
+}
+
+/// A block device the kernel has, disk or partition: Talos's `BlockDevice`, id the kernel
+/// name (`vda`, `vda3`). `generation` moves on every change event, so a prober knows to look
+/// again.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BlockDevice {
+    /// `disk` or `partition`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub major: u32,
+    pub minor: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub partition_name: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub partition_number: u32,
+    /// The sysfs path (`/sys/devices/…/block/vda`).
+    pub device_path: String,
+    pub generation: u64,
+    /// The disk of a partition.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub parent: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secondaries: Vec<String>,
+}
+
+definition!(BlockDevice, "BlockDevices.block.talos.dev", [
+    "Type" => "{.type}",
+    "PartitionName" => "{.partitionName}",
+    "Generation" => "{.generation}",
+]);
+
+/// A disk: Talos's `Disk`, id the kernel name. The field names are the ones CEL disk
+/// selectors see (`disk.size`, `disk.transport`, …), snake_case as in Talos.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Disk {
+    pub dev_path: String,
+    pub size: u64,
+    pub pretty_size: String,
+    pub io_size: u32,
+    pub sector_size: u32,
+    pub readonly: bool,
+    pub cdrom: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub serial: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub modalias: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub wwid: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uuid: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub bus_path: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub sub_system: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub transport: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rotational: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secondary_disks: Vec<String>,
+    /// `/dev/disk/by-id/…` and `/dev/disk/by-path/…` names, as udev would make them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub symlinks: Vec<String>,
+}
+
+definition!(Disk, "Disks.block.talos.dev", [
+    "Size" => "{.pretty_size}",
+    "Read Only" => "{.readonly}",
+    "Transport" => "{.transport}",
+    "Rotational" => "{.rotational}",
+    "WWID" => "{.wwid}",
+    "Model" => "{.model}",
+    "Serial" => "{.serial}",
+]);
+
+/// What a probe found on a block device: Talos's `DiscoveredVolume`, id the kernel name.
+/// Locators see these fields as `volume.*` under their protobuf (snake_case) names.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiscoveredVolume {
+    pub dev_path: String,
+    /// `disk` or `partition`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub device_path: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub parent: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub parent_dev_path: String,
+    pub size: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub sector_size: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub io_size: u32,
+    /// The signature found (`xfs`, `vfat`, `gpt`, `luks`, …); empty: nothing recognized.
+    pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uuid: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub block_size: u32,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub filesystem_block_size: u32,
+    #[serde(skip_serializing_if = "is_zero64")]
+    pub probed_size: u64,
+    #[serde(rename = "partitionUUID", skip_serializing_if = "String::is_empty")]
+    pub partition_uuid: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub partition_type: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub partition_label: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub partition_index: u32,
+}
+
+definition!(DiscoveredVolume, "DiscoveredVolumes.block.talos.dev", [
+    "Type" => "{.type}",
+    "Size" => "{.size}",
+    "Discovered" => "{.name}",
+    "Label" => "{.label}",
+    "PartitionLabel" => "{.partitionLabel}",
+]);
+
+impl DiscoveredVolume {
+    /// The variables a locator sees as `volume`: Talos's protobuf field names.
+    pub fn cel_view(&self) -> serde_json::Value {
+        serde_json::json!({
+            "dev_path": self.dev_path,
+            "type": self.kind,
+            "device_path": self.device_path,
+            "parent": self.parent,
+            "parent_dev_path": self.parent_dev_path,
+            "size": self.size,
+            "sector_size": self.sector_size,
+            "io_size": self.io_size,
+            "name": self.name,
+            "uuid": self.uuid,
+            "label": self.label,
+            "block_size": self.block_size,
+            "filesystem_block_size": self.filesystem_block_size,
+            "probed_size": self.probed_size,
+            "partition_uuid": self.partition_uuid,
+            "partition_type": self.partition_type,
+            "partition_label": self.partition_label,
+            "partition_index": self.partition_index,
+        })
+    }
+}
+
+/// A request to probe every device again (Talos's `DiscoveryRefreshRequest`, id `refresh`),
+/// and the last request the discovery finished (`DiscoveryRefreshStatus`, same id).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DiscoveryRefreshRequest {
+    pub request: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DiscoveryRefreshStatus {
+    pub request: u64,
+}
+
+pub const REFRESH_ID: &str = "refresh";
+
+definition!(DiscoveryRefreshRequest, "DiscoveryRefreshRequests.block.talos.dev", ["Request" => "{.request}"]);
+definition!(DiscoveryRefreshStatus, "DiscoveryRefreshStatuses.block.talos.dev", ["Request" => "{.request}"]);
+
+/// The disk the OS booted from (the one holding META): Talos's `SystemDisk`, id `system-disk`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct SystemDisk {
+    #[serde(rename = "diskID")]
+    pub disk_id: String,
+    pub dev_path: String,
+}
+
+impl SystemDisk {
+    pub const ID: &'static str = "system-disk";
+}
+
+definition!(SystemDisk, "SystemDisks.block.talos.dev", ["Disk" => "{.diskID}"]);
+
+/// Talos's `VolumeType`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumeType {
+    #[default]
+    Partition,
+    Disk,
+    Tmpfs,
+    Directory,
+    Symlink,
+    Overlay,
+    External,
+}
+
+/// Talos's `FilesystemType` (`none` is a raw volume, as META is).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FilesystemType {
+    #[default]
+    None,
+    Xfs,
+    Vfat,
+    Ext4,
+    Iso9660,
+    Swap,
+}
+
+impl FilesystemType {
+    /// The name the prober gives a volume carrying this filesystem.
+    pub fn probe_name(self) -> &'static str {
+        match self {
+            FilesystemType::None => "",
+            FilesystemType::Xfs => "xfs",
+            FilesystemType::Vfat => "vfat",
+            FilesystemType::Ext4 => "ext4",
+            FilesystemType::Iso9660 => "iso9660",
+            FilesystemType::Swap => "swap",
+        }
+    }
+}
+
+/// Talos's `EncryptionProviderType`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EncryptionProvider {
+    #[default]
+    None,
+    Luks2,
+}
+
+/// Talos's `VolumePhase`, in its order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VolumePhase {
+    #[default]
+    Waiting,
+    Failed,
+    Missing,
+    Located,
+    Provisioned,
+    Prepared,
+    Ready,
+    Closed,
+}
+
+impl std::fmt::Display for VolumePhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = match self {
+            VolumePhase::Waiting => "waiting",
+            VolumePhase::Failed => "failed",
+            VolumePhase::Missing => "missing",
+            VolumePhase::Located => "located",
+            VolumePhase::Provisioned => "provisioned",
+            VolumePhase::Prepared => "prepared",
+            VolumePhase::Ready => "ready",
+            VolumePhase::Closed => "closed",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Waves: a wave starts only when every volume of the earlier ones is ready.
+pub const WAVE_SYSTEM_DISK: i64 = -1;
+pub const WAVE_USER_VOLUMES: i64 = 0;
+pub const WAVE_LEGACY_USER_DISKS: i64 = 1_000_000;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiskSelector {
+    /// CEL over `disk` and `system_disk`.
+    #[serde(rename = "match", skip_serializing_if = "String::is_empty")]
+    pub expression: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct PartitionSpec {
+    pub min_size: u64,
+    /// 0: no limit.
+    #[serde(skip_serializing_if = "is_zero64")]
+    pub max_size: u64,
+    /// Percent of the disk's free space (overrides `maxSize`).
+    #[serde(skip_serializing_if = "is_zero64")]
+    pub relative_max_size: u64,
+    /// The maximum is what to leave free, not what to take.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub negative_max_size: bool,
+    pub grow: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    #[serde(rename = "typeUUID", skip_serializing_if = "String::is_empty")]
+    pub type_uuid: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct FilesystemSpec {
+    #[serde(rename = "type")]
+    pub kind: FilesystemType,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct ProvisioningSpec {
+    #[serde(skip_serializing_if = "is_zero_i64")]
+    pub wave: i64,
+    pub disk_selector: DiskSelector,
+    pub partition_spec: PartitionSpec,
+    pub filesystem_spec: FilesystemSpec,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LocatorSpec {
+    /// CEL over `volume`.
+    #[serde(rename = "match", skip_serializing_if = "String::is_empty")]
+    pub expression: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MountSpec {
+    pub target_path: String,
+    /// Octal permissions of the mount point once mounted (0: leave as the filesystem has it).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub file_mode: u32,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub secure: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub no_exec: bool,
+}
+
+/// A volume the node wants: Talos's `VolumeConfig`, id the volume's name (`STATE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeConfig {
+    #[serde(rename = "parentId", skip_serializing_if = "String::is_empty")]
+    pub parent_id: String,
+    #[serde(rename = "type")]
+    pub kind: VolumeType,
+    pub provisioning: ProvisioningSpec,
+    pub locator: LocatorSpec,
+    pub mount: MountSpec,
+}
+
+definition!(VolumeConfig, "VolumeConfigs.block.talos.dev", []);
+
+/// Why a disk was or was not picked for a volume, and the size it would get there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiskMatch {
+    pub disk: String,
+    pub matched: bool,
+    pub reason: String,
+    #[serde(skip_serializing_if = "is_zero64")]
+    pub size: u64,
+}
+
+/// How far a volume got: Talos's `VolumeStatus`, id the volume's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeStatus {
+    pub phase: VolumePhase,
+    #[serde(skip_serializing_if = "is_waiting")]
+    pub pre_fail_phase: VolumePhase,
+    #[serde(rename = "type")]
+    pub kind: VolumeType,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub location: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub mount_location: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub partition_index: u32,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub parent_location: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub uuid: String,
+    #[serde(rename = "partitionUUID", skip_serializing_if = "String::is_empty")]
+    pub partition_uuid: String,
+    #[serde(skip_serializing_if = "is_zero64")]
+    pub size: u64,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pretty_size: String,
+    #[serde(skip_serializing_if = "is_none_fs")]
+    pub filesystem: FilesystemType,
+    #[serde(skip_serializing_if = "is_no_encryption")]
+    pub encryption_provider: EncryptionProvider,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub encryption_failed_syncs: Vec<String>,
+    #[serde(skip_serializing_if = "is_default_mount")]
+    pub mount_spec: MountSpec,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub error_message: String,
+    /// Beyond Talos: every disk considered for provisioning, and what was decided.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub disk_matches: Vec<DiskMatch>,
+}
+
+definition!(VolumeStatus, "VolumeStatuses.block.talos.dev", [
+    "Type" => "{.type}",
+    "Phase" => "{.phase}",
+    "Location" => "{.location}",
+    "Size" => "{.prettySize}",
+]);
+
+/// A mount the node made: Talos's `MountStatus`, id the volume's.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MountStatus {
+    pub source: String,
+    pub target: String,
+    pub filesystem: FilesystemType,
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub read_only: bool,
+}
+
+definition!(MountStatus, "MountStatuses.block.talos.dev", [
+    "Source" => "{.source}",
+    "Target" => "{.target}",
+    "Filesystem" => "{.filesystem}",
+    "Volume" => "{.volumeID}",
+]);
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+fn is_zero64(v: &u64) -> bool {
+    *v == 0
+}
+fn is_zero_i64(v: &i64) -> bool {
+    *v == 0
+}
+fn is_waiting(p: &VolumePhase) -> bool {
+    *p == VolumePhase::Waiting
+}
+fn is_none_fs(f: &FilesystemType) -> bool {
+    *f == FilesystemType::None
+}
+fn is_no_encryption(e: &EncryptionProvider) -> bool {
+    *e == EncryptionProvider::None
+}
+fn is_default_mount(m: &MountSpec) -> bool {
+    *m == MountSpec::default()
+}
+
+pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register::<BlockDevice>()?;
+    registry.register::<Disk>()?;
+    registry.register::<DiscoveredVolume>()?;
+    registry.register::<DiscoveryRefreshRequest>()?;
+    registry.register::<DiscoveryRefreshStatus>()?;
+    registry.register::<SystemDisk>()?;
+    registry.register::<VolumeConfig>()?;
+    registry.register::<VolumeStatus>()?;
+    registry.register::<MountStatus>()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_print_as_talos_prints_them() {
+        for (bytes, want) in [
+            (0, "0 B"),
+            (512, "512 B"),
+            (1_048_576, "1.0 MB"),
+            (104_857_600, "105 MB"),
+            (2_147_483_648, "2.1 GB"),
+            (6_442_450_944, "6.4 GB"),
+            (10_737_418_240, "11 GB"),
+        ] {
+            assert_eq!(pretty_size(bytes), want, "{bytes}");
+        }
+    }
+
+    #[test]
+    fn phases_keep_talos_order_and_names() {
+        use VolumePhase::*;
+        let all = [Waiting, Failed, Missing, Located, Provisioned, Prepared, Ready, Closed];
+        assert!(all.windows(2).all(|w| w[0] < w[1]));
+        for p in all {
+            assert_eq!(serde_json::to_value(p).unwrap(), serde_json::json!(p.to_string()));
+        }
+    }
+
+    #[test]
+    fn types_answer_to_talos_names() {
+        let mut registry = Registry::new();
+        super::super::runtime::register(&mut registry).unwrap();
+        register(&mut registry).unwrap();
+        for (alias, want) in [
+            ("disks", Disk::DEFINITION.type_name),
+            ("discoveredvolumes", DiscoveredVolume::DEFINITION.type_name),
+            ("volumestatuses", VolumeStatus::DEFINITION.type_name),
+            ("volumeconfigs", VolumeConfig::DEFINITION.type_name),
+            ("systemdisks", SystemDisk::DEFINITION.type_name),
+            ("blockdevices", BlockDevice::DEFINITION.type_name),
+        ] {
+            assert_eq!(registry.resolve(alias).map(|t| t.type_name()), Ok(want), "{alias}");
+        }
+    }
+}
