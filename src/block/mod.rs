@@ -4,6 +4,7 @@
 
 pub mod fat;
 pub mod iso9660;
+pub mod sysblock;
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};

@@ -6,6 +6,7 @@
 //! may run: those controllers are [`Scope::NodeOnly`] and run only on a node, or in a network
 //! namespace a test hands them.
 
+pub mod block;
 pub mod config;
 pub mod files;
 pub mod generic_merge;

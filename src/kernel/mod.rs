@@ -20,6 +20,7 @@ pub mod netns;
 pub mod power;
 pub mod procfs;
 pub mod udp;
+pub mod uevent;
 pub mod uts;
 
 /// The resident set size of process `pid` in KiB (`VmRSS` of `/proc/<pid>/status`, or

@@ -1,0 +1,484 @@
+//! The volume manager's decisions, as pure functions: which step a volume takes next from the
+//! phase it is in (Talos's `processVolumeConfig`), whether its wave may start, which existing
+//! volume a locator adopts, which disk a selector picks and the size the volume gets there,
+//! and whether a filesystem is to be made. No device, file or clock is touched here: the
+//! controller gathers the facts, asks, and carries the answer out.
+//!
+//! The order of the questions is what keeps data safe: a volume is always located before it
+//! is provisioned, so a volume made on an earlier boot (or before a power cut) is adopted,
+//! never made again; and a filesystem is made only on a volume where the probe found nothing.
+
+use std::time::Duration;
+
+use crate::resources::block::{
+    DiscoveredVolume, Disk, DiskMatch, FilesystemType, PartitionSpec, VolumeConfig, VolumePhase, VolumeStatus,
+};
+
+/// How long a failed volume waits before its step is tried again (Talos's ticker).
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// What the controller does for a volume in this pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do yet; the status says why.
+    Wait(String),
+    /// Find the volume among the discovered ones, else provision it.
+    LocateAndProvision,
+    /// Grow the located partition toward its target size.
+    Grow,
+    /// Open or create the encryption layer (a pass-through without encryption).
+    Prepare,
+    /// Make the filesystem if the volume has none.
+    Format,
+    /// Ready; nothing more to do.
+    Done,
+    /// Failed earlier: go back to the phase it failed in once the retry is due.
+    Retry(VolumePhase),
+}
+
+/// The facts a step decision needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseInputs {
+    pub phase: VolumePhase,
+    pub pre_fail_phase: VolumePhase,
+    /// Every volume of an earlier wave is ready.
+    pub earlier_waves_ready: bool,
+    /// The wave in the way, when `earlier_waves_ready` is false.
+    pub blocking_wave: i64,
+    /// The parent volume (if any) is ready.
+    pub parent_ready: bool,
+    /// Discovery has probed every device since the last change we asked for.
+    pub discovery_settled: bool,
+    /// Time since the volume failed.
+    pub failed_for: Duration,
+}
+
+/// Talos's `processVolumeConfig`: one step per phase.
+pub fn next_step(i: &PhaseInputs) -> Step {
+    use VolumePhase::*;
+    match i.phase {
+        Waiting | Missing => {
+            if !i.earlier_waves_ready {
+                Step::Wait(format!("waiting for the volumes of wave {} to be ready", i.blocking_wave))
+            } else if !i.parent_ready {
+                Step::Wait("waiting for the parent volume to be ready".to_string())
+            } else if !i.discovery_settled {
+                Step::Wait("waiting for disk discovery to finish".to_string())
+            } else {
+                Step::LocateAndProvision
+            }
+        }
+        Located => Step::Grow,
+        Provisioned => Step::Prepare,
+        Prepared => Step::Format,
+        Ready | Closed => Step::Done,
+        Failed if i.failed_for >= RETRY_AFTER => Step::Retry(i.pre_fail_phase),
+        Failed => Step::Wait("failed; will retry".to_string()),
+    }
+}
+
+/// Whether every volume of a wave below `wave` is ready; and if not, the lowest such wave.
+pub fn earlier_waves_ready(wave: i64, volumes: &[(i64, VolumePhase)]) -> Result<(), i64> {
+    match volumes.iter().filter(|(w, p)| *w < wave && *p != VolumePhase::Ready).map(|(w, _)| *w).min() {
+        None => Ok(()),
+        Some(w) => Err(w),
+    }
+}
+
+/// The outcome of a locator over the discovered volumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    Found(&'a DiscoveredVolume),
+    NotFound,
+}
+
+/// The first discovered volume (in kernel-name order) the locator matches. A locator that
+/// fails to evaluate on a volume is an error for the whole volume: it says what it is.
+pub fn locate<'a, E>(
+    discovered: &'a [DiscoveredVolume],
+    mut matches: impl FnMut(&DiscoveredVolume) -> Result<bool, E>,
+) -> Result<Lookup<'a>, E> {
+    let mut sorted: Vec<&DiscoveredVolume> = discovered.iter().collect();
+    sorted.sort_by(|a, b| a.dev_path.cmp(&b.dev_path));
+    for v in sorted {
+        if matches(v)? {
+            return Ok(Lookup::Found(v));
+        }
+    }
+    Ok(Lookup::NotFound)
+}
+
+/// Free space on a disk, as the partition table tells it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FreeSpace {
+    /// The largest contiguous aligned free region, bytes.
+    pub largest: u64,
+    /// All free space on the disk, bytes (what a relative size is a percentage of).
+    pub total: u64,
+}
+
+/// A disk as the selector sees it, with what provisioning needs to know of it.
+#[derive(Debug, Clone)]
+pub struct DiskCandidate<'a> {
+    pub id: &'a str,
+    pub disk: &'a Disk,
+    pub system_disk: bool,
+    /// `None`: the disk has no partition table we can add to (it carries a filesystem, or a
+    /// table we cannot read) — the reason says which.
+    pub free: Result<FreeSpace, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("{free} bytes free, less than the minimum size {min}")]
+    TooSmall { free: u64, min: u64 },
+    #[error("the maximum size leaves nothing: {max} bytes to keep free of {free}")]
+    Negative { max: u64, free: u64 },
+}
+
+/// The size a partition gets in a free region (Talos's `ResolveMaxSize` and its sizing): the
+/// minimum, or with `grow` all of the region up to the maximum; never less than the minimum.
+pub fn partition_size(spec: &PartitionSpec, free: FreeSpace) -> Result<u64, SizeError> {
+    let max = if spec.relative_max_size != 0 {
+        free.total.saturating_mul(spec.relative_max_size) / 100
+    } else {
+        spec.max_size
+    };
+    let max = if spec.negative_max_size {
+        if max > free.total {
+            return Err(SizeError::Negative { max, free: free.total });
+        }
+        free.total - max
+    } else {
+        max
+    };
+    let size = if spec.grow { if max == 0 { free.largest } else { max.min(free.largest) } } else { spec.min_size };
+    if size < spec.min_size || size > free.largest || size == 0 {
+        return Err(SizeError::TooSmall { free: free.largest, min: spec.min_size.max(1) });
+    }
+    Ok(size)
+}
+
+/// Where a volume is to be provisioned, or why nowhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selection {
+    /// The chosen disk and the size, if any disk fits.
+    pub chosen: Option<(String, u64)>,
+    /// Every disk considered, in order, with the decision.
+    pub matches: Vec<DiskMatch>,
+}
+
+/// Picks the first disk (in id order) the selector matches, that is writable and has room.
+/// Every disk gets a line saying why it was or was not picked.
+pub fn select_disk<E: std::fmt::Display>(
+    spec: &PartitionSpec,
+    candidates: &[DiskCandidate<'_>],
+    mut matches: impl FnMut(&DiskCandidate<'_>) -> Result<bool, E>,
+) -> Selection {
+    let mut sorted: Vec<&DiskCandidate<'_>> = candidates.iter().collect();
+    sorted.sort_by(|a, b| a.id.cmp(b.id));
+    let mut chosen = None;
+    let mut lines = Vec::new();
+    for c in sorted {
+        let mut line = DiskMatch { disk: c.id.to_string(), ..DiskMatch::default() };
+        match matches(c) {
+            Err(e) => line.reason = format!("selector error: {e}"),
+            Ok(false) => line.reason = "selector does not match".to_string(),
+            Ok(true) if c.disk.readonly => line.reason = "selector matches, but the disk is read-only".to_string(),
+            Ok(true) if c.disk.cdrom => line.reason = "selector matches, but the disk is a CD-ROM".to_string(),
+            Ok(true) => match &c.free {
+                Err(why) => line.reason = format!("selector matches, but {why}"),
+                Ok(free) => match partition_size(spec, *free) {
+                    Err(e) => line.reason = format!("selector matches, but {e}"),
+                    Ok(size) if chosen.is_some() => {
+                        line.size = size;
+                        line.reason = "selector matches; an earlier disk was picked".to_string();
+                    }
+                    Ok(size) => {
+                        line.matched = true;
+                        line.size = size;
+                        line.reason = "selector matches and the volume fits".to_string();
+                        chosen = Some((c.id.to_string(), size));
+                    }
+                },
+            },
+        }
+        lines.push(line);
+    }
+    Selection { chosen, matches: lines }
+}
+
+/// What to do about a volume's filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormatDecision {
+    /// The wanted filesystem is there (or none is wanted): ready as it is.
+    Keep,
+    /// Nothing is on the volume: make the filesystem.
+    Make,
+    /// Something else is on it: refuse, keeping the data.
+    Refuse(String),
+}
+
+/// Decides from what the probe found (`""`: nothing recognized) on the volume.
+pub fn format_decision(wanted: FilesystemType, found: &str) -> FormatDecision {
+    match (wanted, found) {
+        (FilesystemType::None, _) => FormatDecision::Keep,
+        (w, f) if f == w.probe_name() => FormatDecision::Keep,
+        (_, "") => FormatDecision::Make,
+        (w, f) => FormatDecision::Refuse(format!(
+            "the volume holds {f}, not {}; it is left as it is (wipe it to have it formatted)",
+            w.probe_name()
+        )),
+    }
+}
+
+/// A status carried to a new phase, keeping what earlier phases learned.
+pub fn advance(status: &VolumeStatus, phase: VolumePhase) -> VolumeStatus {
+    VolumeStatus { phase, pre_fail_phase: VolumePhase::Waiting, error_message: String::new(), ..status.clone() }
+}
+
+/// A status failed in `phase` with `error`: Failed, remembering where to resume.
+pub fn fail(status: &VolumeStatus, phase: VolumePhase, error: String) -> VolumeStatus {
+    VolumeStatus { phase: VolumePhase::Failed, pre_fail_phase: phase, error_message: error, ..status.clone() }
+}
+
+/// The status a fresh volume starts from.
+pub fn initial(config: &VolumeConfig) -> VolumeStatus {
+    VolumeStatus {
+        phase: VolumePhase::Waiting,
+        kind: config.kind,
+        filesystem: config.provisioning.filesystem_spec.kind,
+        mount_spec: config.mount.clone(),
+        ..VolumeStatus::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use VolumePhase::*;
+
+    const MIB: u64 = 1 << 20;
+    const GIB: u64 = 1 << 30;
+
+    fn inputs(phase: VolumePhase) -> PhaseInputs {
+        PhaseInputs {
+            phase,
+            pre_fail_phase: Waiting,
+            earlier_waves_ready: true,
+            blocking_wave: 0,
+            parent_ready: true,
+            discovery_settled: true,
+            failed_for: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn one_step_per_phase() {
+        let cases: Vec<(&str, PhaseInputs, Step)> = vec![
+            ("waiting locates", inputs(Waiting), Step::LocateAndProvision),
+            ("missing locates again", inputs(Missing), Step::LocateAndProvision),
+            ("located grows", inputs(Located), Step::Grow),
+            ("provisioned prepares", inputs(Provisioned), Step::Prepare),
+            ("prepared formats", inputs(Prepared), Step::Format),
+            ("ready rests", inputs(Ready), Step::Done),
+            ("closed rests", inputs(Closed), Step::Done),
+            (
+                "an earlier wave holds it",
+                PhaseInputs { earlier_waves_ready: false, blocking_wave: -1, ..inputs(Waiting) },
+                Step::Wait("waiting for the volumes of wave -1 to be ready".into()),
+            ),
+            (
+                "the parent holds it",
+                PhaseInputs { parent_ready: false, ..inputs(Waiting) },
+                Step::Wait("waiting for the parent volume to be ready".into()),
+            ),
+            (
+                "discovery holds it",
+                PhaseInputs { discovery_settled: false, ..inputs(Missing) },
+                Step::Wait("waiting for disk discovery to finish".into()),
+            ),
+            (
+                "discovery does not hold a located volume",
+                PhaseInputs { discovery_settled: false, ..inputs(Located) },
+                Step::Grow,
+            ),
+            (
+                "failed waits for the ticker",
+                PhaseInputs { pre_fail_phase: Prepared, failed_for: Duration::from_secs(29), ..inputs(Failed) },
+                Step::Wait("failed; will retry".into()),
+            ),
+            (
+                "failed resumes where it failed",
+                PhaseInputs { pre_fail_phase: Prepared, failed_for: RETRY_AFTER, ..inputs(Failed) },
+                Step::Retry(Prepared),
+            ),
+            (
+                "failed in locate resumes locating",
+                PhaseInputs { pre_fail_phase: Waiting, failed_for: Duration::from_secs(31), ..inputs(Failed) },
+                Step::Retry(Waiting),
+            ),
+        ];
+        for (name, i, want) in cases {
+            assert_eq!(next_step(&i), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_wave_starts_when_earlier_ones_are_ready() {
+        let vols = [(-1, Ready), (-1, Prepared), (0, Waiting), (1_000_000, Waiting)];
+        assert_eq!(earlier_waves_ready(-1, &vols), Ok(()));
+        assert_eq!(earlier_waves_ready(0, &vols), Err(-1));
+        assert_eq!(earlier_waves_ready(1_000_000, &vols), Err(-1));
+        let vols = [(-1, Ready), (0, Failed), (1_000_000, Waiting)];
+        assert_eq!(earlier_waves_ready(0, &vols), Ok(()));
+        assert_eq!(earlier_waves_ready(1_000_000, &vols), Err(0));
+        assert_eq!(earlier_waves_ready(5, &[]), Ok(()));
+    }
+
+    fn dv(dev: &str, label: &str, name: &str) -> DiscoveredVolume {
+        DiscoveredVolume {
+            dev_path: dev.into(),
+            partition_label: label.into(),
+            name: name.into(),
+            ..DiscoveredVolume::default()
+        }
+    }
+
+    #[test]
+    fn locate_adopts_the_first_match_in_name_order() {
+        let vols = [dv("/dev/vdb1", "STATE", "xfs"), dv("/dev/vda5", "STATE", ""), dv("/dev/vda6", "EPHEMERAL", "")];
+        let by_label = |l: &'static str| move |v: &DiscoveredVolume| Ok::<_, String>(v.partition_label == l);
+        assert_eq!(locate(&vols, by_label("STATE")), Ok(Lookup::Found(&vols[1])));
+        assert_eq!(locate(&vols, by_label("EPHEMERAL")), Ok(Lookup::Found(&vols[2])));
+        assert_eq!(locate(&vols, by_label("META")), Ok(Lookup::NotFound));
+        assert_eq!(locate(&vols, |_| Err("no such field".to_string())), Err("no such field".to_string()));
+    }
+
+    fn spec(min: u64, max: u64, grow: bool) -> PartitionSpec {
+        PartitionSpec { min_size: min, max_size: max, grow, ..PartitionSpec::default() }
+    }
+
+    #[test]
+    fn sizes_follow_min_max_grow_relative_and_negative() {
+        let free = |largest, total| FreeSpace { largest, total };
+        let relative = |pct, grow| PartitionSpec { relative_max_size: pct, ..spec(MIB, 0, grow) };
+        let negative = |max| PartitionSpec { negative_max_size: true, ..spec(MIB, max, true) };
+        type Case = (&'static str, PartitionSpec, FreeSpace, Result<u64, SizeError>);
+        let cases: Vec<Case> = vec![
+            ("fixed STATE", spec(100 * MIB, 100 * MIB, false), free(5 * GIB, 5 * GIB), Ok(100 * MIB)),
+            ("EPHEMERAL grows into all of it", spec(2 * GIB, 0, true), free(5 * GIB, 5 * GIB), Ok(5 * GIB)),
+            ("grow stops at the maximum", spec(2 * GIB, 3 * GIB, true), free(5 * GIB, 5 * GIB), Ok(3 * GIB)),
+            ("grow is held to the region", spec(MIB, 10 * GIB, true), free(2 * GIB, 4 * GIB), Ok(2 * GIB)),
+            (
+                "too little room",
+                spec(2 * GIB, 0, true),
+                free(GIB, GIB),
+                Err(SizeError::TooSmall { free: GIB, min: 2 * GIB }),
+            ),
+            (
+                "min without grow must fit",
+                spec(100 * MIB, 0, false),
+                free(50 * MIB, 50 * MIB),
+                Err(SizeError::TooSmall { free: 50 * MIB, min: 100 * MIB }),
+            ),
+            ("a quarter of the free space", relative(25, true), free(4 * GIB, 4 * GIB), Ok(GIB)),
+            ("relative without grow takes the minimum", relative(25, false), free(4 * GIB, 4 * GIB), Ok(MIB)),
+            ("leave 1 GiB free", negative(GIB), free(4 * GIB, 4 * GIB), Ok(3 * GIB)),
+            (
+                "leave more than there is",
+                negative(5 * GIB),
+                free(4 * GIB, 4 * GIB),
+                Err(SizeError::Negative { max: 5 * GIB, free: 4 * GIB }),
+            ),
+            ("nothing asked, nothing free", spec(0, 0, true), free(0, 0), Err(SizeError::TooSmall { free: 0, min: 1 })),
+        ];
+        for (name, s, f, want) in cases {
+            assert_eq!(partition_size(&s, f), want, "{name}");
+        }
+    }
+
+    fn disk(size: u64) -> Disk {
+        Disk { size, ..Disk::default() }
+    }
+
+    #[test]
+    fn disk_selection_explains_every_disk() {
+        let big = disk(20 * GIB);
+        let ro = Disk { readonly: true, ..disk(20 * GIB) };
+        let cd = Disk { cdrom: true, ..disk(GIB) };
+        let free = |b| Ok(FreeSpace { largest: b, total: b });
+        let candidates = [
+            DiskCandidate { id: "vdc", disk: &big, system_disk: false, free: free(10 * GIB) },
+            DiskCandidate { id: "vda", disk: &big, system_disk: true, free: free(GIB) },
+            DiskCandidate { id: "vdb", disk: &big, system_disk: true, free: free(10 * GIB) },
+            DiskCandidate { id: "sr0", disk: &cd, system_disk: true, free: free(GIB) },
+            DiskCandidate { id: "vdd", disk: &ro, system_disk: true, free: free(10 * GIB) },
+            DiskCandidate {
+                id: "vde",
+                disk: &big,
+                system_disk: true,
+                free: Err("it holds an xfs filesystem, not a partition table".into()),
+            },
+        ];
+        let s = select_disk(&spec(2 * GIB, 0, true), &candidates, |c| Ok::<_, String>(c.system_disk));
+        assert_eq!(s.chosen, Some(("vdb".to_string(), 10 * GIB)));
+        let lines: Vec<(&str, bool, &str)> =
+            s.matches.iter().map(|m| (m.disk.as_str(), m.matched, m.reason.as_str())).collect();
+        assert_eq!(
+            lines,
+            [
+                ("sr0", false, "selector matches, but the disk is a CD-ROM"),
+                ("vda", false, "selector matches, but 1073741824 bytes free, less than the minimum size 2147483648"),
+                ("vdb", true, "selector matches and the volume fits"),
+                ("vdc", false, "selector does not match"),
+                ("vdd", false, "selector matches, but the disk is read-only"),
+                ("vde", false, "selector matches, but it holds an xfs filesystem, not a partition table"),
+            ]
+        );
+        let none = select_disk(&spec(MIB, 0, false), &candidates[..1], |_| Err::<bool, _>("no such key: dsk"));
+        assert_eq!(none.chosen, None);
+        assert_eq!(none.matches[0].reason, "selector error: no such key: dsk");
+    }
+
+    #[test]
+    fn a_filesystem_is_made_only_on_an_empty_volume() {
+        use FilesystemType as F;
+        let cases = [
+            (F::Xfs, "", FormatDecision::Make),
+            (F::Xfs, "xfs", FormatDecision::Keep),
+            (F::Ext4, "ext4", FormatDecision::Keep),
+            (F::None, "", FormatDecision::Keep),
+            (F::None, "xfs", FormatDecision::Keep),
+            (
+                F::Xfs,
+                "ext4",
+                FormatDecision::Refuse(
+                    "the volume holds ext4, not xfs; it is left as it is (wipe it to have it formatted)".into(),
+                ),
+            ),
+            (
+                F::Xfs,
+                "luks",
+                FormatDecision::Refuse(
+                    "the volume holds luks, not xfs; it is left as it is (wipe it to have it formatted)".into(),
+                ),
+            ),
+        ];
+        for (wanted, found, want) in cases {
+            assert_eq!(format_decision(wanted, found), want, "{wanted:?} over {found:?}");
+        }
+    }
+
+    #[test]
+    fn failing_remembers_the_phase_and_advancing_forgets_the_error() {
+        let s = VolumeStatus { location: "/dev/vda5".into(), ..VolumeStatus::default() };
+        let f = fail(&s, Prepared, "mkfs.xfs exited 1".into());
+        assert_eq!((f.phase, f.pre_fail_phase, f.location.as_str()), (Failed, Prepared, "/dev/vda5"));
+        let a = advance(&f, Ready);
+        assert_eq!(
+            (a.phase, a.pre_fail_phase, a.error_message.as_str(), a.location.as_str()),
+            (Ready, Waiting, "", "/dev/vda5")
+        );
+    }
+}
