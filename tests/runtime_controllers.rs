@@ -108,7 +108,7 @@ async fn a_stored_config_moves_maintenance_to_running() {
     assert!(!status.spec().present);
     assert!(status.spec().source.contains("machine.typo"), "{}", status.spec().source);
     let text = "version: v1alpha1\nmachine:\n  type: worker\n";
-    store.send_replace(StoredConfig { active: Some(text.into()), persisted: Some(text.into()), try_until: None });
+    store.send_replace(StoredConfig { active: Some(text.into()), persisted: Some(text.into()), ..Default::default() });
     h.assert_eventually(NAMESPACE, MachineStatus::ID, "running", stage_is(MachineStage::Running)).await;
     let active = h
         .assert_eventually::<talosbox::resources::config::MachineConfig, _>(

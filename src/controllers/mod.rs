@@ -109,6 +109,12 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(NetworkStatusController)));
     all.push((Scope::NodeOnly, Box::new(HostDnsConfigController)));
     all.push((Scope::NodeOnly, Box::new(DnsResolveCacheController::new(NetworkTarget::Node, HOST_DNS_LISTEN))));
+    // Disks and volumes: the node's own, never a shared host's.
+    all.push((Scope::NodeOnly, Box::new(block::DevicesController::new())));
+    all.push((Scope::NodeOnly, Box::new(block::DisksController::new())));
+    all.push((Scope::NodeOnly, Box::new(block::SystemDiskController)));
+    all.push((Scope::NodeOnly, Box::new(block::VolumeConfigController)));
+    all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);
     all.push((Scope::NodeOnly, Box::new(TimeSyncController::new(NetworkTarget::Node, clock))));

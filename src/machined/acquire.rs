@@ -42,6 +42,12 @@ pub async fn from_cmdline(state: State, store: Arc<ConfigStore>, cancel: Cancell
             Err(_) => return,
         }
     };
+    // What is stored is known once the store's volume is mounted.
+    let mut settled = store.subscribe();
+    tokio::select! {
+        () = cancel.cancelled() => return,
+        r = settled.wait_for(|s| !s.pending) => if r.is_err() { return },
+    }
     if store.snapshot().persisted.is_some() {
         return;
     }

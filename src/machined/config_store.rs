@@ -45,13 +45,61 @@ impl ConfigStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => return Err(StoreError::Read { path, source }),
         };
-        let snapshot = ConfigSnapshot { active: persisted.clone(), persisted, try_until: None };
+        let snapshot = ConfigSnapshot { active: persisted.clone(), persisted, try_until: None, pending: false };
         Ok(Arc::new(ConfigStore {
             path,
             tx: watch::channel(snapshot).0,
             apply: Arc::new(tokio::sync::Mutex::new(())),
             rollback: Mutex::new(None),
         }))
+    }
+
+    /// A store whose file is on a volume not mounted yet: until [`ConfigStore::settle`] it
+    /// reports `pending`, and what is applied meanwhile is written to `path` as it is then
+    /// (the tmpfs under the mount point) and written again once the volume is there.
+    pub fn pending(path: PathBuf) -> Arc<Self> {
+        let snapshot = ConfigSnapshot { pending: true, ..ConfigSnapshot::default() };
+        Arc::new(ConfigStore {
+            path,
+            tx: watch::channel(snapshot).0,
+            apply: Arc::new(tokio::sync::Mutex::new(())),
+            rollback: Mutex::new(None),
+        })
+    }
+
+    /// The volume is mounted (or there will be none): what an apply stored meanwhile is
+    /// written to it; otherwise what it holds is loaded and put in force. Once only; a second
+    /// call changes nothing.
+    pub async fn settle(&self) -> Result<(), StoreError> {
+        if !self.tx.borrow().pending {
+            return Ok(());
+        }
+        // No apply runs while the file moves.
+        let _held = self.apply.lock().await;
+        let applied = self.tx.borrow().persisted.clone();
+        match applied {
+            Some(text) => {
+                let written = self.write(&text);
+                self.tx.send_modify(|s| s.pending = false);
+                written
+            }
+            None => {
+                let read = match std::fs::read_to_string(&self.path) {
+                    Ok(text) => Ok(Some(Arc::<str>::from(text))),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(source) => Err(StoreError::Read { path: self.path.clone(), source }),
+                };
+                let stored = read.as_ref().ok().cloned().flatten();
+                self.tx.send_modify(|s| {
+                    s.pending = false;
+                    if s.active.is_none() {
+                        s.active = stored.clone();
+                    }
+                    s.persisted = stored.clone();
+                });
+                read.map(|_| ())
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -76,7 +124,11 @@ impl ConfigStore {
         self.cancel_rollback();
         self.write(text)?;
         let text: Arc<str> = Arc::from(text);
-        self.tx.send_replace(ConfigSnapshot { persisted: Some(text.clone()), active: Some(text), try_until: None });
+        self.tx.send_modify(|s| {
+            s.persisted = Some(text.clone());
+            s.active = Some(text);
+            s.try_until = None;
+        });
         Ok(())
     }
 
@@ -184,6 +236,41 @@ mod tests {
         // A new store over the same file is the next boot: the staged text is in force.
         let again = ConfigStore::open(s.path().to_path_buf()).unwrap();
         assert_eq!(again.snapshot().active.as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn a_pending_store_loads_or_keeps_what_is_there_once_settled() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/config.yaml");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+
+        // Booted with a stored configuration: pending, then the stored text in force.
+        std::fs::write(&path, "stored").unwrap();
+        let s = ConfigStore::pending(path.clone());
+        assert!(s.snapshot().pending && s.snapshot().active.is_none());
+        s.settle().await.unwrap();
+        let snap = s.snapshot();
+        assert_eq!(
+            (snap.pending, snap.persisted.as_deref(), snap.active.as_deref()),
+            (false, Some("stored"), Some("stored"))
+        );
+
+        // Applied before the volume came: the applied text wins and is written again.
+        let s = ConfigStore::pending(path.clone());
+        let g = s.begin_apply().unwrap();
+        s.apply_now(&g, "applied").unwrap();
+        drop(g);
+        std::fs::write(&path, "what the volume held").unwrap();
+        s.settle().await.unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "applied");
+        assert_eq!(s.snapshot().active.as_deref(), Some("applied"));
+
+        // Nothing anywhere: settled, no configuration; settling twice changes nothing.
+        std::fs::remove_file(&path).unwrap();
+        let s = ConfigStore::pending(path.clone());
+        s.settle().await.unwrap();
+        s.settle().await.unwrap();
+        assert_eq!(s.snapshot(), ConfigSnapshot::default());
     }
 
     #[tokio::test(start_paused = true)]

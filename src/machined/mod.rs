@@ -20,6 +20,7 @@ pub mod acquire;
 pub mod config_store;
 pub mod modules;
 pub mod node;
+mod state_volume;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
@@ -342,15 +343,23 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
             .map_err(|source| MachinedError::WritePidFile { path, source })?;
     }
 
-    let store = ConfigStore::open(mode.config_path())?;
-    if let Some(text) = store.snapshot().active
-        && let Err(e) = crate::config::load(&text)
-    {
-        console::line(&format!(
-            "machined: the stored configuration {} does not load, so it is not used (maintenance until one is applied): {e}",
-            mode.config_path().display()
-        ));
-    }
+    // On a node the configuration lives on STATE, which the volume controllers mount: the
+    // store waits for it (see state_volume).
+    let store = match mode {
+        Mode::Node => ConfigStore::pending(mode.config_path()),
+        Mode::Container { .. } => {
+            let store = ConfigStore::open(mode.config_path())?;
+            if let Some(text) = store.snapshot().active
+                && let Err(e) = crate::config::load(&text)
+            {
+                console::line(&format!(
+                    "machined: the stored configuration {} does not load, so it is not used (maintenance until one is applied): {e}",
+                    mode.config_path().display()
+                ));
+            }
+            store
+        }
+    };
     let state = State::in_memory();
     let registry = Arc::new(crate::resources::registry()?);
     let mut runtime = Runtime::new(state.clone(), registry.clone());
@@ -362,6 +371,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
 
     if *mode == Mode::Node {
+        tokio::spawn(state_volume::settle_store(state.clone(), store.clone(), cancel.clone()));
         modules::start();
         let (presses, mut pressed) = mpsc::unbounded_channel();
         crate::kernel::input::watch_power_button(PathBuf::from("/dev/input"), presses);

@@ -2,4 +2,15 @@
 //! mounted from them — Talos's `controllers/block`, one controller per file. The decisions of
 //! the volume manager are pure ([`volumes`]); the controllers gather facts and carry them out.
 
+pub mod devices;
+pub mod disks;
+pub mod system_disk;
+pub mod volume_config;
 pub mod volumes;
+
+pub use devices::DevicesController;
+pub use disks::DisksController;
+pub use system_disk::SystemDiskController;
+pub use volume_config::VolumeConfigController;
+pub mod mount;
+pub use mount::MountController;

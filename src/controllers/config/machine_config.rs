@@ -60,6 +60,12 @@ impl Controller for MachineConfigController {
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let stored = self.rx.borrow().clone();
         ctx.start_tracking_outputs();
+        // Until the store's volume is mounted there is no status: the machine stays booting
+        // rather than showing maintenance for the moment before its configuration is read.
+        if stored.pending {
+            ctx.cleanup_outputs()?;
+            return Ok(());
+        }
         let mut status = MachineConfigStatus { present: false, source: format!("none yet ({})", self.source) };
         if let Some(text) = &stored.active {
             match machine_type(text) {

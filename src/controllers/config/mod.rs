@@ -17,4 +17,7 @@ pub struct StoredConfig {
     pub active: Option<Arc<str>>,
     /// While a try-mode apply is in force: when it falls back.
     pub try_until: Option<SystemTime>,
+    /// The store is waiting for its volume (STATE) to be mounted: whether there is a
+    /// configuration is not known yet.
+    pub pending: bool,
 }
