@@ -3,6 +3,7 @@
 //! directories, and the list of the node's block devices to look for them on.
 
 pub mod fat;
+pub mod format;
 pub mod iso9660;
 pub mod sysblock;
 

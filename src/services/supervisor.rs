@@ -110,6 +110,11 @@ impl Supervisor {
     /// Services started from now on get SIGTERM when this process dies. The kernel sends it
     /// when the spawning *thread* exits, so this is for callers that spawn from long-lived
     /// threads (the async runtime's workers), as machined does.
+    /// The reaper every child of this process is spawned through (a formatter, say).
+    pub fn reaper(&self) -> Arc<Reaper> {
+        Arc::clone(&self.reaper)
+    }
+
     pub fn stop_services_when_we_die(&self) {
         self.die_with_parent.store(true, std::sync::atomic::Ordering::Relaxed);
     }
