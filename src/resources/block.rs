@@ -255,8 +255,17 @@ pub enum FilesystemType {
 }
 
 impl FilesystemType {
-    /// The name the prober gives a volume carrying this filesystem.
+    /// The name the prober gives a volume carrying this filesystem (Talos's: ext2/3/4 are
+    /// all `extfs`).
     pub fn probe_name(self) -> &'static str {
+        match self {
+            FilesystemType::Ext4 => "extfs",
+            other => other.fstype(),
+        }
+    }
+
+    /// The kernel's name for it, as `mount(2)` takes it.
+    pub fn fstype(self) -> &'static str {
         match self {
             FilesystemType::None => "",
             FilesystemType::Xfs => "xfs",

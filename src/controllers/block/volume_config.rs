@@ -39,7 +39,9 @@ pub fn system_volumes() -> Vec<(&'static str, VolumeConfig)> {
                 kind: VolumeType::Partition,
                 provisioning: ProvisioningSpec { wave: WAVE_SYSTEM_DISK, ..ProvisioningSpec::default() },
                 locator: LocatorSpec {
-                    expression: format!("volume.partition_label == \"{META}\" && volume.size == 1048576u"),
+                    expression: format!(
+                        "volume.partition_label == \"{META}\" && volume.name in [\"\", \"talosmeta\"] && volume.size == 1048576u"
+                    ),
                 },
                 ..VolumeConfig::default()
             },

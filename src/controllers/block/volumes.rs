@@ -227,7 +227,7 @@ pub fn format_decision(wanted: FilesystemType, found: &str) -> FormatDecision {
         (_, "") => FormatDecision::Make,
         (w, f) => FormatDecision::Refuse(format!(
             "the volume holds {f}, not {}; it is left as it is (wipe it to have it formatted)",
-            w.probe_name()
+            w.fstype()
         )),
     }
 }
@@ -447,7 +447,7 @@ mod tests {
         let cases = [
             (F::Xfs, "", FormatDecision::Make),
             (F::Xfs, "xfs", FormatDecision::Keep),
-            (F::Ext4, "ext4", FormatDecision::Keep),
+            (F::Ext4, "extfs", FormatDecision::Keep),
             (F::None, "", FormatDecision::Keep),
             (F::None, "xfs", FormatDecision::Keep),
             (
