@@ -1,10 +1,12 @@
 //! Block devices and what is on them, read without mounting: today the two file systems a
 //! nocloud seed comes on (vfat and ISO 9660), their labels and the files of their root
-//! directories, and the list of the node's block devices to look for them on.
+//! directories, and the list of the node's block devices to look for them on; and the CEL
+//! expressions that volume configs select disks and locate volumes with (`selector`).
 
 pub mod fat;
 pub mod format;
 pub mod iso9660;
+pub mod selector;
 pub mod sysblock;
 
 use std::fs::File;
