@@ -1,6 +1,7 @@
 //! `talosctl cluster create` / `destroy` against real QEMU and swtpm processes. The nodes boot
 //! an empty disk, so no images are needed: these tests are about the provisioner's processes,
-//! ports, files and cleanup, not the guest (tests/vm/boot-paths boots real images).
+//! ports, files, disks and cleanup, not the guest (tests/vm/boot-paths boots real images).
+//! What the guest would see of its disks and UUID is asked of QEMU itself, over QMP.
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -64,6 +65,45 @@ fn running(pid: &str, program: &str) -> bool {
     String::from_utf8_lossy(&cmdline).contains(program)
 }
 
+/// Sends one QMP command with its arguments to a node's QEMU and returns the reply's `return`.
+fn qmp(socket: &Path, execute: &str, arguments: serde_json::Value) -> serde_json::Value {
+    use std::io::{BufRead, BufReader, Write};
+    let stream = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap(); // greeting
+    let mut send = |cmd: serde_json::Value| {
+        writer.write_all(format!("{cmd}\n").as_bytes()).unwrap();
+        loop {
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            let reply: serde_json::Value = serde_json::from_str(&line).unwrap();
+            // Asynchronous events may come first.
+            if reply.get("event").is_none() {
+                assert!(reply.get("error").is_none(), "QMP {cmd}: {reply}");
+                return reply["return"].clone();
+            }
+        }
+    };
+    send(serde_json::json!({"execute": "qmp_capabilities"}));
+    send(serde_json::json!({"execute": execute, "arguments": arguments}))
+}
+
+/// The serial QEMU gives the guest for the virtio-blk device `id`.
+fn disk_serial(socket: &Path, id: &str) -> String {
+    let path = format!("/machine/peripheral/{id}");
+    qmp(socket, "qom-get", serde_json::json!({"path": path, "property": "serial"})).as_str().unwrap().to_string()
+}
+
+/// Bytes the filesystem allocated to a file, as `du` counts them.
+fn du(path: &Path) -> u64 {
+    let out = Command::new("du").args(["-B1", "--"]).arg(path).output().unwrap();
+    assert!(out.status.success(), "du: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().parse().unwrap()
+}
+
 fn record(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("cluster.json")).unwrap()).unwrap()
 }
@@ -111,6 +151,7 @@ fn create_forwards_ports_and_destroy_stops_everything() {
     let nodes = rec["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 2);
     let mut macs = std::collections::HashSet::new();
+    let mut uuids = std::collections::HashSet::new();
     let (lo, hi) = ephemeral_range();
     for node in nodes {
         let name = node["name"].as_str().unwrap();
@@ -124,8 +165,31 @@ fn create_forwards_ports_and_destroy_stops_everything() {
         // QEMU itself listens on the forwarded port (the guest need not be up for the connect).
         TcpStream::connect(("127.0.0.1", u16::try_from(port).unwrap())).unwrap();
         assert!(macs.insert(node["lan_mac"].as_str().unwrap().to_string()));
+        // The node's machine UUID is the record's, and QEMU gives it to the guest.
+        let uuid = node["uuid"].as_str().unwrap();
+        let qmp_socket = Path::new(node["qmp_socket"].as_str().unwrap());
+        assert_eq!(qmp(qmp_socket, "query-uuid", serde_json::json!({}))["UUID"], uuid, "{name}");
+        assert!(uuids.insert(uuid.to_string()), "{name}: UUID {uuid} is another node's too");
+        // Its system disk: a copy of the image grown to the default --disk-size, costing the
+        // host only the image's data, listed in the record, and seen by the guest with its serial.
+        let system = dir.join(format!("{name}.system.raw"));
+        assert_eq!(node["disks"][0]["path"], system.to_string_lossy().as_ref());
+        assert_eq!(node["disks"][0]["role"], "system");
+        assert_eq!(node["disks"][0]["source"], d.as_str());
+        assert_eq!(node["disks"].as_array().unwrap().len(), 1, "no extra disks unless asked");
+        assert_eq!(std::fs::metadata(&system).unwrap().len(), 6144 << 20, "Talos's default --disk");
+        assert!(du(&system) <= 64 * 1024, "{name}: a copy of an all-zero image must cost next to nothing");
+        assert_eq!(disk_serial(qmp_socket, "system"), "talosbox-system");
+        let block = qmp(qmp_socket, "query-block", serde_json::json!({}));
+        let files: Vec<String> = block
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|b| b["inserted"]["file"].as_str().map(str::to_string))
+            .collect();
+        assert_eq!(files, [system.to_string_lossy().to_string()], "QEMU writes the copy itself, no overlay");
     }
-    assert_eq!(std::fs::read(&disk).unwrap(), vec![0u8; 1 << 20], "the disk image must stay as built (snapshot=on)");
+    assert_eq!(std::fs::read(&disk).unwrap(), vec![0u8; 1 << 20], "the disk image must stay as built");
 
     let show = talosctl(&["cluster", "show", "--name", "two", "--state", &s]);
     assert!(show.status.success(), "{}", text(&show));
@@ -178,6 +242,10 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
         "--with-tpm",
         "--disk-size",
         "64",
+        "--extra-disks",
+        "2",
+        "--extra-disks-size",
+        "32",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let dir = state.join("tpm");
@@ -188,9 +256,19 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
     let vars = std::fs::metadata(dir.join(format!("{node}.vars.fd"))).unwrap();
     assert_eq!(vars.len(), std::fs::metadata("/usr/share/OVMF/OVMF_VARS_4M.fd").unwrap().len());
     let pid = std::fs::read_to_string(&swtpm_pid).unwrap();
-    let data = std::fs::metadata(dir.join(format!("{node}.disk"))).unwrap();
-    assert_eq!(data.len(), 64 << 20, "data disk size");
-    assert!(std::os::unix::fs::MetadataExt::blocks(&data) < 1024, "data disk should be sparse");
+    let system = dir.join(format!("{node}.system.raw"));
+    assert_eq!(std::fs::metadata(&system).unwrap().len(), 64 << 20, "system disk size");
+    let qmp_socket = dir.join("controlplane-1.qmp");
+    assert_eq!(disk_serial(&qmp_socket, "system"), "talosbox-system");
+    let rec = record(&dir);
+    for n in 1..=2 {
+        let extra = dir.join(format!("{node}.extra-{n}.raw"));
+        assert_eq!(std::fs::metadata(&extra).unwrap().len(), 32 << 20, "extra disk size");
+        assert_eq!(du(&extra), 0, "a blank extra disk costs nothing until written");
+        assert_eq!(disk_serial(&qmp_socket, &format!("extra-{n}")), format!("talosbox-extra-{n}"));
+        assert_eq!(rec["nodes"][0]["disks"][n]["path"], extra.to_string_lossy().as_ref());
+        assert_eq!(rec["nodes"][0]["disks"][n]["role"], "extra");
+    }
 
     let out = talosctl(&["cluster", "destroy", "--name", "tpm", "--state", &s]);
     assert!(out.status.success(), "{}", text(&out));
@@ -206,6 +284,92 @@ fn uefi_and_tpm_nodes_get_ovmf_vars_and_a_swtpm_that_destroy_stops() {
     let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
     assert!(!String::from_utf8_lossy(&cmdline).contains("swtpm"), "swtpm {pid} still running");
     drop(guard);
+}
+
+/// What the node writes to its system disk is in the file at once, so a QEMU killed outright
+/// leaves it behind (no snapshot overlay to lose), and destroy removes the disk with the rest.
+#[test]
+fn a_killed_qemu_leaves_what_it_wrote_on_the_system_disk() {
+    let Some(root) = scratch("kill") else { return };
+    let state = root.join("s");
+    let guard = Cluster { names: &["kill"], state: state.clone() };
+    let s = state.to_string_lossy().to_string();
+    let d = root.join("empty.raw").to_string_lossy().to_string();
+    let out = talosctl(&["cluster", "create", "--skip-config", "--name", "kill", "--state", &s, "--disk-image", &d]);
+    assert!(out.status.success(), "{}", text(&out));
+    let dir = state.join("kill");
+    let system = dir.join("kill-controlplane-1.system.raw");
+    // A write through QEMU's block layer, as the guest's would go: 64 KiB of 0xab at 3 MiB,
+    // past the image's end, where the copy was a hole.
+    let reply = qmp(
+        &dir.join("controlplane-1.qmp"),
+        "human-monitor-command",
+        serde_json::json!({"command-line": "qemu-io system-drive \"write -P 0xab 3M 64k\""}),
+    );
+    // qemu-io reports to QEMU's stdout (here /dev/null); the monitor only says what failed.
+    assert_eq!(reply, "", "qemu-io on the system drive: {reply}");
+    let pid = read_pid(&dir.join("kill-controlplane-1.pid"));
+    assert!(Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    let start = std::time::Instant::now();
+    while running(&pid, "qemu") {
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "QEMU {pid} survived SIGKILL");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let bytes = std::fs::read(&system).unwrap();
+    assert!(bytes[3 << 20..(3 << 20) + 65536].iter().all(|b| *b == 0xab), "the write is lost");
+    assert!(bytes[(3 << 20) + 65536..].iter().all(|b| *b == 0) && bytes[..3 << 20].iter().all(|b| *b == 0));
+    assert_eq!(std::fs::read(&d).unwrap(), vec![0u8; 1 << 20], "the image must stay as built");
+    let out = talosctl(&["cluster", "destroy", "--name", "kill", "--state", &s]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!system.exists() && !dir.exists(), "destroy must remove the disks with the directory");
+    drop(guard);
+}
+
+/// A system disk smaller than the image it copies is refused before anything is made; Talos's
+/// flag name `--disk` is the same flag.
+#[test]
+fn a_system_disk_smaller_than_its_image_is_refused() {
+    let root = PathBuf::from(format!("/tmp/tbp-small-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    let image = root.join("big.raw");
+    std::fs::File::create(&image).unwrap().set_len((3 << 20) + 1).unwrap();
+    let state = root.join("s");
+    let (s, i) = (state.to_string_lossy().to_string(), image.to_string_lossy().to_string());
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--skip-config",
+        "--name",
+        "small",
+        "--state",
+        &s,
+        "--disk-image",
+        &i,
+        "--disk",
+        "3",
+    ]);
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("--disk-size 3 MiB is smaller than the disk image"), "{t}");
+    assert!(t.contains(&format!("{i} ({} bytes): give at least 4 MiB", (3 << 20) + 1)), "{t}");
+    assert!(!state.join("small").exists(), "a refused create must leave nothing behind");
+    let out = talosctl(&[
+        "cluster",
+        "create",
+        "--skip-config",
+        "--name",
+        "small",
+        "--state",
+        &s,
+        "--disk-image",
+        &i,
+        "--extra-disks",
+        "17",
+    ]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--extra-disks: 17 asked, at most 16 per node"), "{}", text(&out));
+    std::fs::remove_dir_all(&root).unwrap();
 }
 
 #[test]

@@ -94,6 +94,21 @@ pub fn mac(cluster: &str, nic: Nic, index: usize) -> Mac {
     Mac([0x52, 0x54, h[0], h[1], nic as u8, idx])
 }
 
+/// A node's SMBIOS system UUID (QEMU `-uuid`), which the node reads as its machine UUID and
+/// which the nodeID disk-encryption key is derived from: a version 8 (RFC 9562, custom) UUID
+/// made of the SHA-256 of the cluster name and the node index (0-based), so a cluster created
+/// again under the same name gives its nodes the same UUIDs, and two nodes never share one.
+pub fn machine_uuid(cluster: &str, index: usize) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("talosbox machine uuid\0{cluster}\0{index}").as_bytes());
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&digest[..16]);
+    b[6] = (b[6] & 0x0f) | 0x80;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
 /// The node-to-node LAN's subnet, as Talos's QEMU clusters number it: node `index` (0-based)
 /// is `10.5.0.(2 + index)/24`.
 pub const LAN_PREFIX_LEN: u8 = 24;
@@ -266,6 +281,21 @@ mod tests {
         }
         assert_ne!(mac("dev", Nic::Lan, 0), mac("prod", Nic::Lan, 0));
         assert_eq!(mac("dev", Nic::Lan, 0).to_string(), "52:54:ca:9a:01:01");
+    }
+
+    #[test]
+    fn machine_uuids_are_stable_distinct_and_version_8() {
+        let a = machine_uuid("dev", 0);
+        assert_eq!(a, machine_uuid("dev", 0), "stable");
+        assert_ne!(a, machine_uuid("dev", 1), "per node");
+        assert_ne!(a, machine_uuid("dew", 0), "per cluster");
+        // The name and index are separated: ("dev1", 0) is not ("dev", 10).
+        assert_ne!(machine_uuid("dev1", 0), machine_uuid("dev", 10));
+        let groups: Vec<&str> = a.split('-').collect();
+        assert_eq!(groups.iter().map(|g| g.len()).collect::<Vec<_>>(), [8, 4, 4, 4, 12], "{a}");
+        assert!(a.chars().all(|c| c == '-' || c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{a}");
+        assert!(groups[2].starts_with('8'), "version 8: {a}");
+        assert!(matches!(groups[3].as_bytes()[0], b'8' | b'9' | b'a' | b'b'), "RFC 9562 variant: {a}");
     }
 
     #[test]

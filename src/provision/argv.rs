@@ -7,6 +7,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use super::alloc::{Mac, Mcast};
+use super::disks::{DiskRole, ESP_SERIAL, NodeDisk};
 
 /// The OVMF firmware Debian's `ovmf` package installs: code (read-only) and the variable-store
 /// template each node gets its own copy of.
@@ -18,15 +19,19 @@ pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 pub enum Media {
     /// QEMU loads kernel and initramfs itself (`-kernel -initrd -append`).
     Direct { kernel: PathBuf, initrd: PathBuf, cmdline: String },
-    /// A bootable disk (the GRUB disk or the UKI's ESP), attached with `snapshot=on` so writes go
-    /// to a temporary overlay and the image stays as built.
-    Disk { image: PathBuf },
+    /// The UKI's FAT ESP, one image for the whole cluster: attached first with `snapshot=on`, so
+    /// writes go to a temporary overlay and the image stays as built, and booted first.
+    Esp { image: PathBuf },
+    /// The node's system disk (its copy of the GRUB disk) is also its boot disk.
+    SystemDisk,
 }
 
 /// Everything one node's QEMU needs, already allocated.
 #[derive(Debug, Clone)]
 pub struct NodeLaunch {
     pub name: String,
+    /// The SMBIOS system UUID (`-uuid`), the node's machine UUID.
+    pub uuid: String,
     pub accel: String,
     pub memory_mib: u32,
     pub cpus: u32,
@@ -40,8 +45,8 @@ pub struct NodeLaunch {
     pub lan_mac: Mac,
     /// swtpm's control socket, when the node has a TPM.
     pub tpm_socket: Option<PathBuf>,
-    /// The node's own empty disk (raw, sparse), for the volumes it creates; written in place.
-    pub data_disk: Option<PathBuf>,
+    /// The node's own disks (raw, sparse, written in place), the system disk first.
+    pub disks: Vec<NodeDisk>,
     pub serial_log: PathBuf,
     pub pid_file: PathBuf,
     pub qmp_socket: PathBuf,
@@ -84,6 +89,7 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     push(&["-name", &n.name]);
+    push(&["-uuid", &n.uuid]);
     push(&["-accel", &n.accel]);
     push(&["-m", &n.memory_mib.to_string(), "-smp", &n.cpus.to_string()]);
     // Detached: no display, no monitor on stdio; the serial console goes to the log file and QMP
@@ -96,17 +102,9 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
         push(&["-drive", &format!("if=pflash,format=raw,unit=0,readonly=on,file={}", opt(code))]);
         push(&["-drive", &format!("if=pflash,format=raw,unit=1,file={}", opt(vars))]);
     }
-    match &n.media {
-        Media::Direct { kernel, initrd, cmdline } => {
-            push(&["-kernel", &kernel.to_string_lossy(), "-initrd", &initrd.to_string_lossy()]);
-            push(&["-append", cmdline]);
-        }
-        Media::Disk { image } => {
-            push(&["-drive", &format!("if=virtio,format=raw,snapshot=on,file={}", opt(image))]);
-        }
-    }
-    if let Some(disk) = &n.data_disk {
-        push(&["-drive", &format!("if=virtio,format=raw,file={}", opt(disk))]);
+    if let Media::Direct { kernel, initrd, cmdline } = &n.media {
+        push(&["-kernel", &kernel.to_string_lossy(), "-initrd", &initrd.to_string_lossy()]);
+        push(&["-append", cmdline]);
     }
     // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
     // forward, and restrict=on keeps the node off the host's networks.
@@ -130,6 +128,30 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
         push(&["-tpmdev", "emulator,id=tpm0,chardev=tpmchr", "-device", "tpm-tis,tpmdev=tpm0"]);
     }
     push(&["-device", "virtio-rng-pci"]);
+    // Disks last: their PCI slots follow the NICs', as they did when they were `-drive
+    // if=virtio`. Each is a drive and a virtio-blk device, which carries the serial the guest's
+    // /dev/disk/by-id names come from and the boot index.
+    let mut disk = |id: &str, file: &Path, serial: &str, extra: &str, boot: bool| {
+        push(&["-drive", &format!("if=none,id={id}-drive,format=raw{extra},file={}", opt(file))]);
+        let bootindex = if boot { ",bootindex=0" } else { "" };
+        push(&["-device", &format!("virtio-blk-pci,id={id},drive={id}-drive,serial={serial}{bootindex}")]);
+    };
+    if let Media::Esp { image } = &n.media {
+        disk("esp", image, ESP_SERIAL, ",snapshot=on", true);
+    }
+    let mut extra = 0;
+    for d in &n.disks {
+        let id = match d.role {
+            DiskRole::System => "system".to_string(),
+            DiskRole::Extra => {
+                extra += 1;
+                format!("extra-{extra}")
+            }
+        };
+        // discard=unmap: what the guest trims becomes a hole in the file again.
+        let boot = d.role == DiskRole::System && n.media == Media::SystemDisk;
+        disk(&id, &d.path, &d.serial, ",discard=unmap", boot);
+    }
     a
 }
 
@@ -167,11 +189,14 @@ pub fn swtpm_argv(t: &SwtpmLaunch) -> Vec<String> {
 mod tests {
     use super::*;
     use crate::provision::alloc::{Nic, mac, mcast};
+    use crate::provision::disks::{self, DiskRequest};
 
     fn node(media: Media, uefi: bool, tpm: bool) -> NodeLaunch {
         let dir = PathBuf::from("/home/u/.talos/clusters/dev");
+        let image = matches!(media, Media::SystemDisk).then(|| Path::new("/src/_out/disk.raw"));
         NodeLaunch {
             name: "dev-controlplane-1".into(),
+            uuid: crate::provision::alloc::machine_uuid("dev", 0),
             accel: "tcg".into(),
             memory_mib: 1024,
             cpus: 2,
@@ -182,7 +207,7 @@ mod tests {
             lan: mcast("dev", &[]),
             lan_mac: mac("dev", Nic::Lan, 0),
             tpm_socket: tpm.then(|| dir.join("controlplane-1.tpm/swtpm.sock")),
-            data_disk: None,
+            disks: disks::plan(&dir, "dev-controlplane-1", &DiskRequest::default(), image),
             serial_log: dir.join("dev-controlplane-1.log"),
             pid_file: dir.join("dev-controlplane-1.pid"),
             qmp_socket: dir.join("controlplane-1.qmp"),
@@ -233,22 +258,45 @@ mod tests {
 
     #[test]
     fn golden_uki_uefi_tpm() {
-        let esp = Media::Disk { image: "/home/u/.talos/clusters/dev/esp.img".into() };
+        let esp = Media::Esp { image: "/home/u/.talos/clusters/dev/esp.img".into() };
         golden("uki-uefi-tpm.argv", &qemu_argv(&node(esp, true, true)));
     }
 
     #[test]
     fn golden_disk_bios_and_uefi() {
-        let disk = Media::Disk { image: "/src/_out/disk.raw".into() };
-        golden("disk-bios.argv", &qemu_argv(&node(disk.clone(), false, false)));
-        golden("disk-uefi.argv", &qemu_argv(&node(disk, true, false)));
+        golden("disk-bios.argv", &qemu_argv(&node(Media::SystemDisk, false, false)));
+        golden("disk-uefi.argv", &qemu_argv(&node(Media::SystemDisk, true, false)));
     }
 
     #[test]
-    fn golden_direct_uefi_with_data_disk() {
+    fn golden_direct_uefi_with_extra_disks() {
         let mut n = node(direct(), true, false);
-        n.data_disk = Some("/home/u/.talos/clusters/dev/dev-controlplane-1.disk".into());
-        golden("direct-uefi-disk.argv", &qemu_argv(&n));
+        let req = DiskRequest { extra: 2, ..DiskRequest::default() };
+        n.disks = disks::plan(Path::new("/home/u/.talos/clusters/dev"), &n.name, &req, None);
+        golden("direct-uefi-extra-disks.argv", &qemu_argv(&n));
+    }
+
+    /// Every disk a node has is written in place; only the UKI's shared ESP is a snapshot. The
+    /// boot disk, and only it, has a boot index.
+    #[test]
+    fn only_the_esp_is_a_snapshot_and_only_the_boot_disk_has_a_boot_index() {
+        let with = |argv: &[String], what: &str| argv.iter().filter(|a| a.contains(what)).cloned().collect::<Vec<_>>();
+        let esp = qemu_argv(&node(Media::Esp { image: "/c/esp.img".into() }, true, false));
+        assert_eq!(with(&esp, "snapshot=on"), ["if=none,id=esp-drive,format=raw,snapshot=on,file=/c/esp.img"]);
+        assert_eq!(with(&esp, "bootindex"), ["virtio-blk-pci,id=esp,drive=esp-drive,serial=talosbox-esp,bootindex=0"]);
+        let disk = qemu_argv(&node(Media::SystemDisk, false, false));
+        assert!(with(&disk, "snapshot").is_empty(), "{disk:?}");
+        assert_eq!(
+            with(&disk, "bootindex"),
+            ["virtio-blk-pci,id=system,drive=system-drive,serial=talosbox-system,bootindex=0"]
+        );
+        let direct = qemu_argv(&node(direct(), false, false));
+        assert!(with(&direct, "snapshot").is_empty() && with(&direct, "bootindex").is_empty(), "{direct:?}");
+        assert_eq!(with(&direct, "serial=talosbox-system").len(), 1);
+        assert_eq!(
+            direct.iter().position(|a| a == "-uuid").map(|i| direct[i + 1].clone()),
+            Some(crate::provision::alloc::machine_uuid("dev", 0))
+        );
     }
 
     #[test]
@@ -282,10 +330,14 @@ mod tests {
 
     #[test]
     fn commas_in_paths_are_escaped() {
-        let mut n = node(Media::Disk { image: "/tmp/a,b/disk.raw".into() }, false, false);
+        let mut n = node(Media::Esp { image: "/tmp/a,b/esp.img".into() }, false, false);
+        n.disks[0].path = "/tmp/a,b/n.system.raw".into();
         n.qmp_socket = "/tmp/a,b/q".into();
         let argv = qemu_argv(&n);
-        assert!(argv.contains(&"if=virtio,format=raw,snapshot=on,file=/tmp/a,,b/disk.raw".to_string()));
+        assert!(argv.contains(&"if=none,id=esp-drive,format=raw,snapshot=on,file=/tmp/a,,b/esp.img".to_string()));
+        assert!(
+            argv.contains(&"if=none,id=system-drive,format=raw,discard=unmap,file=/tmp/a,,b/n.system.raw".to_string())
+        );
         assert!(argv.contains(&"unix:/tmp/a,,b/q,server=on,wait=off".to_string()));
     }
 }

@@ -38,7 +38,7 @@ pub enum BootPlan {
     Direct { kernel: PathBuf, initrd: PathBuf, cmdline: String, uefi: bool },
     /// The UKI copied to `\EFI\BOOT\BOOTX64.EFI` on a FAT image built at create time; always OVMF.
     Uki { uki: PathBuf },
-    /// The GRUB GPT disk, attached copy-on-write (`snapshot=on`).
+    /// The GRUB GPT disk: each node boots its own persistent copy of it (its system disk).
     Disk { image: PathBuf, uefi: bool },
 }
 
@@ -117,6 +117,16 @@ pub fn resolve(req: &BootRequest, exists: &dyn Fn(&Path) -> bool) -> Result<Boot
     Ok(BootPlan::Direct { kernel, initrd, cmdline, uefi: req.with_uefi })
 }
 
+/// The image each node's system disk is a copy of: the GRUB disk a disk boot boots, else the
+/// artifacts' `disk.raw` when there is one (direct and UKI nodes keep their volumes on it, as
+/// on an installed machine); `None` gives the nodes a blank system disk.
+pub fn system_image(plan: &BootPlan, artifacts: &Path, exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+    match plan {
+        BootPlan::Disk { image, .. } => Some(image.clone()),
+        BootPlan::Direct { .. } | BootPlan::Uki { .. } => Some(artifacts.join(DISK)).filter(|p| exists(p)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +185,17 @@ mod tests {
         assert_eq!(resolve(&r, &all).unwrap(), BootPlan::Disk { image: "_out/disk.raw".into(), uefi: false });
         let r = BootRequest { with_uefi: true, ..r };
         assert!(resolve(&r, &all).unwrap().uefi());
+    }
+
+    #[test]
+    fn the_system_disk_copies_the_boot_disk_or_the_artifacts_disk_raw() {
+        let disk = BootPlan::Disk { image: "/i/my.raw".into(), uefi: false };
+        assert_eq!(system_image(&disk, Path::new("_out"), &none), Some("/i/my.raw".into()));
+        let direct = resolve(&req(), &all).unwrap();
+        assert_eq!(system_image(&direct, Path::new("_out"), &all), Some("_out/disk.raw".into()));
+        assert_eq!(system_image(&direct, Path::new("_out"), &none), None, "no disk.raw: a blank disk");
+        let uki = BootPlan::Uki { uki: "/u.efi".into() };
+        assert_eq!(system_image(&uki, Path::new("/a"), &all), Some("/a/disk.raw".into()));
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use super::alloc::{self, Nic};
 use super::argv::{self, Media, NodeLaunch, SwtpmLaunch};
 use super::boot::{self, BootPlan, BootRequest};
+use super::disks::{self, DiskRole};
 use super::host::{self, Tool};
 use super::serve;
 use super::state::{self, ClusterRecord, NodeRecord};
@@ -49,8 +50,8 @@ pub struct CreateOptions {
     pub cpus: u32,
     pub with_tpm: bool,
     pub accel: String,
-    /// Size of each node's empty data disk in MiB; 0 gives nodes no data disk.
-    pub disk_mib: u64,
+    /// Each node's system disk and extra disks.
+    pub disks: super::disks::DiskRequest,
     /// OVMF's code image and variable-store template, for UEFI boots.
     pub ovmf: Firmware,
     /// Generate the cluster's configuration before the nodes boot (`None`: `--skip-config`,
@@ -142,6 +143,15 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
     let names = alloc::node_names(&opts.name, opts.controlplanes, opts.workers)?;
     let plan = absolute_plan(boot::resolve(&opts.boot, &|p: &Path| p.is_file())?)?;
+    let image = match boot::system_image(&plan, &opts.boot.artifacts, &|p: &Path| p.is_file()) {
+        Some(p) => Some(absolute(&p)?),
+        None => None,
+    };
+    let image_len = match &image {
+        Some(p) => Some(std::fs::metadata(p).map_err(io_err("reading disk image", p))?.len()),
+        None => None,
+    };
+    disks::check(&opts.disks, image.as_deref().zip(image_len))?;
 
     let mut tools: Vec<Tool> = vec![host::QEMU];
     if opts.with_tpm {
@@ -167,8 +177,8 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         BootPlan::Direct { kernel, initrd, cmdline, .. } => {
             Media::Direct { kernel: kernel.clone(), initrd: initrd.clone(), cmdline: cmdline.clone() }
         }
-        BootPlan::Uki { .. } => Media::Disk { image: dir.join("esp.img") },
-        BootPlan::Disk { image, .. } => Media::Disk { image: image.clone() },
+        BootPlan::Uki { .. } => Media::Esp { image: dir.join("esp.img") },
+        BootPlan::Disk { .. } => Media::SystemDisk,
     };
     for (i, ((name, role), port)) in names.iter().zip(&ports).enumerate() {
         // Unix sockets live under short names (the directory already names the cluster): their
@@ -208,6 +218,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         };
         let launch = NodeLaunch {
             name: name.clone(),
+            uuid: alloc::machine_uuid(&opts.name, i),
             accel: opts.accel.clone(),
             memory_mib: opts.memory_mib,
             cpus: opts.cpus,
@@ -218,7 +229,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             lan,
             lan_mac: alloc::mac(&opts.name, Nic::Lan, i),
             tpm_socket: tpm.as_ref().map(|t| t.socket.clone()),
-            data_disk: (opts.disk_mib > 0).then(|| dir.join(format!("{name}.disk"))),
+            disks: disks::plan(&dir, name, &opts.disks, image.as_deref()),
             serial_log: dir.join(format!("{name}.log")),
             pid_file: dir.join(format!("{name}.pid")),
             qmp_socket: dir.join(format!("{short}.qmp")),
@@ -231,6 +242,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         nodes.push(NodeRecord {
             name: name.clone(),
             role: *role,
+            uuid: launch.uuid.clone(),
             api_port: *port,
             lan_address,
             api_mac: launch.api_mac.to_string(),
@@ -239,7 +251,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             pid_file: launch.pid_file.clone(),
             qmp_socket: launch.qmp_socket.clone(),
             swtpm_pid_file: tpm.as_ref().map(|t| t.pid_file.clone()),
-            data_disk: launch.data_disk.clone(),
+            disks: launch.disks.clone(),
             served_config,
         });
         launches.push((launch, tpm));
@@ -273,7 +285,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             }
         },
     };
-    let started = start_all(&dir, &plan, &launches, opts.disk_mib, &opts.ovmf.vars, step);
+    let started = start_all(&dir, &plan, &launches, &opts.ovmf.vars, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
         let survivors = stop_record(&record, &STOPPING, &mut |_| {});
@@ -302,7 +314,6 @@ fn start_all(
     dir: &Path,
     plan: &BootPlan,
     launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
-    disk_mib: u64,
     vars_template: &Path,
     step: &mut dyn FnMut(String),
 ) -> Result<(), ProvisionError> {
@@ -315,10 +326,23 @@ fn start_all(
         if let Some((_, vars)) = &node.ovmf {
             std::fs::copy(vars_template, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
         }
-        if let Some(disk) = &node.data_disk {
-            // Sparse: the host spends space only for what the node writes.
-            let file = File::create(disk).map_err(io_err("creating data disk", disk))?;
-            file.set_len(disk_mib * 1024 * 1024).map_err(io_err("sizing data disk", disk))?;
+        for disk in &node.disks {
+            // Sparse: the host spends space only for what the image holds and the node writes.
+            let written = disks::make(disk)?;
+            let what = match (disk.role, &disk.source) {
+                (DiskRole::System, Some(image)) => {
+                    format!("system disk, {} MiB of {} copied", written.div_ceil(disks::MIB), image.display())
+                }
+                (DiskRole::System, None) => "system disk, blank (no disk.raw among the artifacts)".to_string(),
+                (DiskRole::Extra, _) => "extra disk, blank".to_string(),
+            };
+            step(format!(
+                "{}: {} ({} MiB, serial {}): {what}",
+                node.name,
+                disk.path.display(),
+                disk.size_mib,
+                disk.serial
+            ));
         }
         if let Some(t) = tpm {
             start_swtpm(&node.name, t)?;
@@ -711,6 +735,7 @@ mod tests {
             nodes: vec![NodeRecord {
                 name: node.into(),
                 role: alloc::Role::Controlplane,
+                uuid: alloc::machine_uuid("stuck", 0),
                 api_port: 10000,
                 lan_address: None,
                 api_mac: alloc::mac("stuck", Nic::Api, 0).to_string(),
@@ -719,7 +744,7 @@ mod tests {
                 pid_file: pid_file.clone(),
                 qmp_socket: dir.join("controlplane-1.qmp"),
                 swtpm_pid_file: None,
-                data_disk: None,
+                disks: Vec::new(),
                 served_config: None,
             }],
         };

@@ -266,6 +266,7 @@ mod tests {
         NodeRecord {
             name: "c-controlplane-1".into(),
             role,
+            uuid: String::new(),
             api_port: 40000,
             lan_address: lan.map(|a| a.parse().unwrap()),
             api_mac: "52:54:00:00:00:01".into(),
@@ -274,7 +275,7 @@ mod tests {
             pid_file: "/x/pid".into(),
             qmp_socket: "/x/qmp".into(),
             swtpm_pid_file: None,
-            data_disk: None,
+            disks: Vec::new(),
             served_config: None,
         }
     }

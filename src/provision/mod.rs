@@ -1,20 +1,24 @@
 //! The QEMU provisioner behind `talosctl cluster create` / `destroy`: boots talosbox nodes from the
 //! built artifacts as an ordinary user (user-mode networking with the API port forwarded to
 //! 127.0.0.1, a node-to-node LAN over QEMU's multicast socket netdev, optional OVMF and swtpm),
-//! keeps a state directory per cluster (serial logs, pid files, a JSON record) and tears it down.
+//! gives every node a persistent system disk (a sparse copy of the image's `disk.raw`) and
+//! optional blank extra disks, keeps a state directory per cluster (disks, serial logs, pid
+//! files, a JSON record) and tears it down.
 //!
 //! It must never need root, touch host networking (no bridges, taps or routes), modify the
 //! artifacts it boots from, or signal a process it did not start (pids are checked against their
 //! command line before any signal).
 //!
-//! Pure decisions (boot path, QEMU/swtpm argv, port/MAC/multicast allocation) live in [`alloc`],
-//! [`boot`] and [`argv`] and are tested with golden argv; the effects are in [`cluster`] and [`host`].
+//! Pure decisions (boot path, QEMU/swtpm argv, port/MAC/multicast/UUID allocation, disk names and
+//! sizes) live in [`alloc`], [`boot`], [`argv`] and [`disks`] and are tested with golden argv;
+//! the effects are in [`cluster`], [`host`] and [`disks::make`].
 
 pub mod alloc;
 pub mod argv;
 pub mod boot;
 pub mod cluster;
 pub mod configure;
+pub mod disks;
 pub mod host;
 pub mod serve;
 pub mod state;
@@ -46,6 +50,13 @@ pub enum ProvisionError {
     NoSuchCluster { name: String, dir: PathBuf },
     #[error("finding the home directory: $HOME is not set; pass --state")]
     NoHome,
+    #[error("{flag}: {detail}")]
+    InvalidDisk { flag: &'static str, detail: String },
+    #[error(
+        "{flag} {size_mib} MiB is smaller than the disk image {} ({image_bytes} bytes): give at least {image_mib} MiB",
+        image.display()
+    )]
+    DiskTooSmall { flag: &'static str, size_mib: u64, image: PathBuf, image_bytes: u64, image_mib: u64 },
     #[error("{action} {}: {source}", path.display())]
     Io { action: &'static str, path: PathBuf, source: std::io::Error },
     #[error("reading cluster record {}: {source}", path.display())]

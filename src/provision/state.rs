@@ -1,5 +1,5 @@
 //! A cluster's state directory and its record (`cluster.json`): which nodes exist, their ports,
-//! MACs and the files holding their pids, sockets and serial logs. `destroy` works from the
+//! MACs, machine UUIDs, disks and the files holding their pids, sockets and serial logs. `destroy` works from the
 //! record alone, so it is written before the first process starts.
 //!
 //! Never stores anything secret, and never deletes outside the cluster's own directory.
@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::alloc::{Mcast, Role};
+use super::disks::{DiskRole, NodeDisk};
 use super::{ProvisionError, io_err};
 
 /// The record's file name inside the cluster directory.
@@ -25,6 +26,9 @@ pub fn default_root() -> Result<PathBuf, ProvisionError> {
 pub struct NodeRecord {
     pub name: String,
     pub role: Role,
+    /// The SMBIOS system UUID QEMU gives the node (empty in records from before it had one).
+    #[serde(default)]
+    pub uuid: String,
     /// 127.0.0.1:<api_port> reaches the node's port 50000.
     pub api_port: u16,
     /// The node's address on the cluster LAN, when the launcher gave it one (`ip=` on a direct
@@ -38,9 +42,9 @@ pub struct NodeRecord {
     pub qmp_socket: PathBuf,
     /// swtpm's pid file, when the node has a TPM.
     pub swtpm_pid_file: Option<PathBuf>,
-    /// The node's own data disk, if it has one.
+    /// The node's disks, system disk first; files in the cluster directory.
     #[serde(default)]
-    pub data_disk: Option<PathBuf>,
+    pub disks: Vec<NodeDisk>,
     /// The configuration file the launcher serves the node over `talos.config=` (a direct
     /// boot whose configuration `create` generated); `None` when it gets it over the API.
     #[serde(default)]
@@ -84,6 +88,9 @@ impl ClusterRecord {
     pub fn summary(&self, state: Option<&Path>) -> String {
         let mut out = format!("cluster {:?}: {} node(s), {}\n", self.name, self.nodes.len(), self.boot);
         out += &format!("node LAN: multicast {} (QEMU socket netdev on 127.0.0.1)\n", self.lan);
+        if let Some(first) = self.nodes.first() {
+            out += &disks_line(&first.disks);
+        }
         out += &format!("{:<32} {:<13} {:<18} {:<18} SERIAL LOG\n", "NODE", "ROLE", "API (:50000)", "LAN MAC");
         for n in &self.nodes {
             let api = format!("127.0.0.1:{}", n.api_port);
@@ -102,6 +109,25 @@ impl ClusterRecord {
     }
 }
 
+/// The disks every node has (the same for all of a cluster's nodes), in one line.
+fn disks_line(disks: &[NodeDisk]) -> String {
+    let mut parts = Vec::new();
+    for d in disks.iter().filter(|d| d.role == DiskRole::System) {
+        let from = match &d.source {
+            Some(image) => format!("a copy of {}", image.display()),
+            None => "blank".to_string(),
+        };
+        parts.push(format!("system {} MiB ({from}, serial {})", d.size_mib, d.serial));
+    }
+    let extras: Vec<&NodeDisk> = disks.iter().filter(|d| d.role == DiskRole::Extra).collect();
+    if let (Some(first), Some(last)) = (extras.first(), extras.last()) {
+        let serials =
+            if extras.len() == 1 { first.serial.clone() } else { format!("{} .. {}", first.serial, last.serial) };
+        parts.push(format!("{} extra of {} MiB (blank, serial {serials})", extras.len(), first.size_mib));
+    }
+    if parts.is_empty() { String::new() } else { format!("disks per node: {}\n", parts.join(", ")) }
+}
+
 /// The LAN groups held by the other clusters under `root`, so a new cluster picks another.
 pub fn taken_lans(root: &Path) -> Vec<Mcast> {
     let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
@@ -111,6 +137,20 @@ pub fn taken_lans(root: &Path) -> Vec<Mcast> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A record written before nodes had UUIDs and a disk list (one optional blank data disk)
+    /// still reads, so such a cluster can be shown and destroyed.
+    #[test]
+    fn an_older_record_still_reads() {
+        let text = r#"{"name":"old","created":1,"boot":"direct","lan":"230.1.2.3:20001","nodes":[
+            {"name":"old-controlplane-1","role":"controlplane","api_port":40000,"api_mac":"52:54:00:00:00:01",
+             "lan_mac":"52:54:00:00:01:01","serial_log":"/x/l","pid_file":"/x/p","qmp_socket":"/x/q",
+             "swtpm_pid_file":null,"data_disk":"/x/old-controlplane-1.disk"}]}"#;
+        let rec: ClusterRecord = serde_json::from_str(text).unwrap();
+        assert_eq!(rec.nodes[0].uuid, "");
+        assert!(rec.nodes[0].disks.is_empty());
+        assert_eq!(rec.summary(None).lines().filter(|l| l.starts_with("disks")).count(), 0);
+    }
 
     #[test]
     fn record_round_trips_through_disk() {
@@ -124,6 +164,7 @@ mod tests {
             nodes: vec![NodeRecord {
                 name: "c1-controlplane-1".into(),
                 role: Role::Controlplane,
+                uuid: crate::provision::alloc::machine_uuid("c1", 0),
                 api_port: 40000,
                 lan_address: Some("10.5.0.2".parse().unwrap()),
                 api_mac: "52:54:00:00:00:01".into(),
@@ -132,7 +173,12 @@ mod tests {
                 pid_file: "/x/c1-controlplane-1.pid".into(),
                 qmp_socket: "/x/c1-controlplane-1.qmp".into(),
                 swtpm_pid_file: None,
-                data_disk: None,
+                disks: crate::provision::disks::plan(
+                    Path::new("/x"),
+                    "c1-controlplane-1",
+                    &crate::provision::disks::DiskRequest { extra: 2, ..Default::default() },
+                    Some(Path::new("/src/_out/disk.raw")),
+                ),
                 served_config: None,
             }],
         };
@@ -141,6 +187,8 @@ mod tests {
         let text = std::fs::read_to_string(dir.join("c1").join(RECORD)).unwrap();
         assert!(text.contains("\"lan\": \"230.1.2.3:20001\""), "{text}");
         assert!(text.contains("\"role\": \"controlplane\""), "{text}");
+        assert!(text.contains("\"path\": \"/x/c1-controlplane-1.extra-2.raw\""), "{text}");
+        assert!(text.contains(&format!("\"uuid\": \"{}\"", rec.nodes[0].uuid)), "{text}");
         assert_eq!(taken_lans(&dir), vec![rec.lan]);
         let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/provision/golden/summary.txt");
         let got = rec.summary(Some(Path::new("/tmp/s")));

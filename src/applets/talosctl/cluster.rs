@@ -64,7 +64,8 @@ pub struct CreateArgs {
     /// Boot this UKI from a FAT ESP under OVMF (implies --with-uefi).
     #[arg(long)]
     uki: Option<PathBuf>,
-    /// Boot this GRUB disk image (BIOS unless --with-uefi).
+    /// Boot this GRUB disk image (BIOS unless --with-uefi): each node boots its own persistent
+    /// copy, its system disk; the image stays as built.
     #[arg(long)]
     disk_image: Option<PathBuf>,
     /// Boot with OVMF (UEFI) instead of SeaBIOS.
@@ -91,9 +92,16 @@ pub struct CreateArgs {
     /// Memory per node, MiB.
     #[arg(long, default_value_t = 1024)]
     memory: u32,
-    /// Size of each node's empty data disk, MiB (0: no data disk).
-    #[arg(long, default_value_t = 0)]
+    /// Size of each node's system disk, MiB: a persistent copy of the image's disk.raw (the
+    /// --disk-image, else the artifacts' disk.raw; blank without one), grown to this size.
+    #[arg(long, visible_alias = "disk", default_value_t = crate::provision::disks::DEFAULT_SYSTEM_MIB)]
     disk_size: u64,
+    /// Number of blank extra disks per node (virtio, serials talosbox-extra-1, -2, ...).
+    #[arg(long, default_value_t = 0)]
+    extra_disks: usize,
+    /// Size of each extra disk, MiB.
+    #[arg(long, default_value_t = crate::provision::disks::DEFAULT_EXTRA_MIB)]
+    extra_disks_size: u64,
     /// CPUs per node.
     #[arg(long, default_value_t = 2)]
     cpus: u32,
@@ -170,7 +178,11 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
         cpus: a.cpus,
         with_tpm: a.with_tpm,
         accel: a.accel.clone(),
-        disk_mib: a.disk_size,
+        disks: crate::provision::disks::DiskRequest {
+            system_mib: a.disk_size,
+            extra: a.extra_disks,
+            extra_mib: a.extra_disks_size,
+        },
         ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code.clone(), vars: a.ovmf_vars.clone() },
         config,
     };
