@@ -1,8 +1,10 @@
-//! Block devices and what is on them, read without mounting: today the two file systems a
-//! nocloud seed comes on (vfat and ISO 9660), their labels and the files of their root
-//! directories, and the list of the node's block devices to look for them on.
+//! Block devices and what is on them, read without mounting: the GUID partition table (read,
+//! placed and written for the imager and the volume manager), the two file systems a nocloud
+//! seed comes on (vfat and ISO 9660), their labels and the files of their root directories, and
+//! the list of the node's block devices to look for them on.
 
 pub mod fat;
+pub mod gpt;
 pub mod iso9660;
 
 use std::fs::File;

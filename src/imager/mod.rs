@@ -5,14 +5,14 @@
 //! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
 //! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
 //! images), apt/dpkg (the Debian kernel) and ldd (a dynamic binary's libraries). The cpio
-//! archive, the UKI, the GPT and GRUB's boot sector patching are written here in Rust.
+//! archive, the UKI and GRUB's boot sector patching are written here in Rust, the GPT by
+//! [`crate::block::gpt`].
 //! Every artifact must be bit-identical across builds: nothing may read the clock, random
 //! sources or the output path into an artifact; every time is the profile's epoch and every
 //! GUID/volume id is derived from it.
 
 pub mod cpio;
 pub mod elf;
-pub mod gpt;
 pub mod grub;
 pub mod host;
 pub mod kernel;
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use gpt::Guid;
+use crate::block::gpt::{self, Guid};
 use profile::{Compression, Profile};
 
 /// Labels and type GUIDs of Talos's boot disk.
