@@ -24,6 +24,12 @@ pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
 /// Fills `buf` from `offset`; `Ok(false)` when the device ends first.
 pub(crate) fn read_at<R: Read + Seek>(dev: &mut R, offset: u64, buf: &mut [u8]) -> io::Result<bool> {
     dev.seek(SeekFrom::Start(offset))?;
