@@ -1,6 +1,7 @@
 //! Loop devices and squashfs mounts on this host's kernel: attach a squashfs image read-only,
-//! mount it, read it, and check autoclear releases the device. Needs root (CI runs as root);
-//! without it the tests fail loudly rather than pass.
+//! mount it, read it, and check autoclear releases the device; partition a read-write loop
+//! device with our GPT and tell the kernel through BLKPG, as the volume manager does a disk.
+//! Needs root (CI runs as root); without it the tests fail loudly rather than pass.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -179,4 +180,130 @@ fn a_cidata_iso_on_a_loop_device_is_found_and_read() {
     let meta = rt.block_on(seed.read(nocloud::META_DATA)).unwrap().unwrap();
     assert_eq!(meta, "instance-id: loop-test\nlocal-hostname: loop-1\n");
     assert_eq!(rt.block_on(seed.read(nocloud::USER_DATA)).unwrap(), None);
+}
+
+/// A partition of `disk` as the kernel shows it: (start, size) in 512-byte sectors.
+fn kernel_partition(disk: &str, number: u32) -> Option<(u64, u64)> {
+    let dir = format!("/sys/class/block/{disk}p{number}");
+    let read = |file: &str| std::fs::read_to_string(format!("{dir}/{file}")).ok()?.trim().parse::<u64>().ok();
+    Some((read("start")?, read("size")?))
+}
+
+/// Whether this kernel parses GPTs itself (CONFIG_EFI_PARTITION); assumed when it does not
+/// publish its config, and then the assertions that depend on it say otherwise loudly.
+fn kernel_parses_gpt() -> bool {
+    let Ok(out) = Command::new("zcat").arg("/proc/config.gz").output() else { return true };
+    if !out.status.success() {
+        return true;
+    }
+    String::from_utf8_lossy(&out.stdout).lines().any(|l| l == "CONFIG_EFI_PARTITION=y")
+}
+
+fn wait_for(path: &Path) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if path.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// The volume manager's path on a real block device: a blank disk gets a GPT and partitions,
+/// the kernel learns them through BLKPG (and its own GPT parser, BLKRRPART, agrees); the disk
+/// grows, the table follows, a partition grows and the kernel learns the new size.
+#[test]
+fn gpt_partitions_reach_the_kernel_through_blkpg() {
+    use std::os::unix::fs::FileExt;
+    use talosbox::block::gpt::{Guid, Table};
+    use talosbox::kernel::blockdev::BlockDevice;
+    const MIB: u64 = 1 << 20;
+    require_root();
+    let scratch = Scratch::new("gpt-loop");
+    let image = scratch.dir.join("disk.img");
+    std::fs::File::create(&image).and_then(|f| f.set_len(64 * MIB)).expect("creating the disk image");
+
+    // Autoclear: once `device` and `disk` are dropped (also on a failed assertion) the kernel
+    // detaches the device and its partitions go with it.
+    let device = loopdev::attach_for_partitioning(&image, Path::new("/dev")).expect("attaching the disk image");
+    let number = device.number();
+    let name = format!("loop{number}");
+    let disk = BlockDevice::open(device.path()).expect("opening the loop device");
+    assert_eq!(std::fs::read_to_string(format!("/sys/block/{name}/ro")).unwrap().trim(), "0");
+    assert_eq!(disk.size_bytes().unwrap(), 64 * MIB);
+    assert_eq!(disk.logical_sector_size().unwrap(), 512);
+    assert!(Table::read(disk.file(), 64 * MIB).unwrap().is_none(), "a blank disk has no GPT");
+
+    let linux = Guid::parse("0FC63DAF-8483-4772-8E79-3D69D8477DE4").unwrap();
+    let mut table = Table::new(Guid::derived(b"loop disk"), 64 * MIB).unwrap();
+    let state = table.add_partition("STATE", linux, Guid::derived(b"STATE"), 16 * MIB, 16 * MIB, false).unwrap();
+    let ephemeral = table.add_partition("EPHEMERAL", linux, Guid::derived(b"EPHEMERAL"), 8 * MIB, 0, true).unwrap();
+    table.write(disk.file()).expect("writing the GPT");
+    assert_eq!(kernel_partition(&name, 1), None, "the kernel learns of partitions only when told");
+
+    for p in [&state, &ephemeral] {
+        disk.add_partition(p.number, p.offset, p.size).expect("BLKPG_ADD_PARTITION");
+    }
+    assert_eq!(kernel_partition(&name, 1), Some((2048, 32768)));
+    assert_eq!(kernel_partition(&name, 2), Some((ephemeral.offset / 512, ephemeral.size / 512)));
+    assert_eq!(kernel_partition(&name, 2), Some((34816, 94208)));
+    let err = disk.add_partition(state.number, state.offset, state.size).expect_err("adding it twice");
+    assert_eq!(err.errno(), Some(rustix::io::Errno::BUSY.raw_os_error()), "{err}");
+    assert!(
+        err.to_string().starts_with(&format!("adding partition 1 on /dev/{name} (bytes 1048576+16777216): ")),
+        "{err}"
+    );
+
+    // Bytes written through the partition's device land where the table says it starts.
+    let part = PathBuf::from(format!("/dev/{name}p2"));
+    assert!(wait_for(&part), "{} did not appear", part.display());
+    let marker = b"written through the partition device";
+    let f = std::fs::OpenOptions::new().write(true).open(&part).expect("opening the partition");
+    f.write_all_at(marker, 0).and_then(|_| f.sync_all()).expect("writing the partition");
+    drop(f);
+    let mut back = vec![0u8; marker.len()];
+    disk.file().read_exact_at(&mut back, ephemeral.offset).unwrap();
+    assert_eq!(back, marker);
+
+    // Deleted, the partition is gone from the kernel's view; deleting it again says so.
+    disk.delete_partition(2).expect("BLKPG_DEL_PARTITION");
+    assert_eq!(kernel_partition(&name, 2), None);
+    let err = disk.delete_partition(2).expect_err("deleting it twice");
+    assert_eq!(err.errno(), Some(rustix::io::Errno::NXIO.raw_os_error()), "{err}");
+    disk.add_partition(ephemeral.number, ephemeral.offset, ephemeral.size).expect("adding it back");
+
+    // The disk grows: the kernel takes the new size, the table follows and EPHEMERAL grows
+    // while its device is open (BLKPG resizes partitions in use).
+    std::fs::OpenOptions::new().write(true).open(&image).and_then(|f| f.set_len(96 * MIB)).unwrap();
+    device.set_capacity().expect("LOOP_SET_CAPACITY");
+    assert_eq!(disk.size_bytes().unwrap(), 96 * MIB);
+    let mut table = Table::read(disk.file(), 96 * MIB).unwrap().expect("the GPT is there");
+    assert!(table.backup_misplaced());
+    assert!(table.relocate_backup(96 * MIB).unwrap());
+    let grown = table.grow_partition(ephemeral.number, 0).unwrap().expect("room to grow");
+    assert_eq!((grown.offset, grown.size), (ephemeral.offset, ephemeral.size + 32 * MIB));
+    table.write(disk.file()).expect("writing the grown GPT");
+    assert!(wait_for(&part), "{} did not come back", part.display());
+    let busy = std::fs::File::open(&part).expect("holding the partition open");
+    disk.resize_partition(grown.number, grown.offset, grown.size).expect("BLKPG_RESIZE_PARTITION");
+    assert_eq!(kernel_partition(&name, 2), Some((34816, 94208 + 65536)));
+    drop(busy);
+
+    let verify = Command::new("sgdisk").arg("-v").arg(&image).output().expect("running sgdisk (apt-get install gdisk)");
+    let verify = String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.contains("No problems found") && !verify.contains("Caution"), "sgdisk -v:\n{verify}");
+
+    // BLKRRPART replaces the kernel's view with what its own partition parsers find on the
+    // disk: our partitions where the kernel has a GPT parser, none where it has not (this
+    // host's kernel, built without CONFIG_EFI_PARTITION, is why the node uses BLKPG).
+    disk.reread_partitions().expect("BLKRRPART");
+    let expected = kernel_parses_gpt().then_some((34816, 94208 + 65536));
+    assert_eq!(kernel_partition(&name, 1), expected.map(|_| (2048, 32768)));
+    assert_eq!(kernel_partition(&name, 2), expected);
+
+    drop(disk);
+    drop(device);
+    assert!(wait_detached(number), "{name} still attached after its last user closed it");
+    assert_eq!(kernel_partition(&name, 1), None, "partitions gone with the device");
 }

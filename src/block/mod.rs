@@ -1,10 +1,12 @@
-//! Block devices and what is on them, read without mounting: today the two file systems a
-//! nocloud seed comes on (vfat and ISO 9660), their labels and the files of their root
-//! directories, and the list of the node's block devices to look for them on; and the CEL
-//! expressions that volume configs select disks and locate volumes with (`selector`).
+//! Block devices and what is on them, read without mounting: the GUID partition table (read,
+//! placed and written for the imager and the volume manager), the node's own blkid (`probe`),
+//! the two file systems a nocloud seed comes on (vfat and ISO 9660) and the files of their
+//! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), and
+//! the CEL expressions that volume configs select disks and locate volumes with (`selector`).
 
 pub mod fat;
 pub mod format;
+pub mod gpt;
 pub mod iso9660;
 pub mod selector;
 pub mod sysblock;
@@ -24,6 +26,12 @@ pub(crate) fn le16(b: &[u8], at: usize) -> u16 {
 
 pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
 }
 
 /// Fills `buf` from `offset`; `Ok(false)` when the device ends first.

@@ -5,14 +5,14 @@
 //! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
 //! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
 //! images), apt/dpkg (the Debian kernel) and ldd (a dynamic binary's libraries). The cpio
-//! archive, the UKI, the GPT and GRUB's boot sector patching are written here in Rust.
+//! archive, the UKI and GRUB's boot sector patching are written here in Rust, the GPT by
+//! [`crate::block::gpt`].
 //! Every artifact must be bit-identical across builds: nothing may read the clock, random
 //! sources or the output path into an artifact; every time is the profile's epoch and every
 //! GUID/volume id is derived from it.
 
 pub mod cpio;
 pub mod elf;
-pub mod gpt;
 pub mod grub;
 pub mod host;
 pub mod kernel;
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use gpt::Guid;
+use crate::block::gpt::{self, Guid};
 use profile::{Compression, Profile};
 
 /// Labels and type GUIDs of Talos's boot disk.
@@ -611,29 +611,31 @@ fn write_disk(
     ];
     let plan = gpt::plan(Guid::derived(&seed(epoch, "disk")), &specs)?;
     let table = plan.encode();
-    let (efi_part, bios_part, boot_part) = (&plan.partitions[0], &plan.partitions[1], &plan.partitions[2]);
+    let parts = plan.partitions();
+    let (efi_part, bios_part, boot_part) = (&parts[0], &parts[1], &parts[2]);
 
     let boot_code_path = files.grub_pc.join("boot.img");
     let boot_code = std::fs::read(&boot_code_path).map_err(io("reading", &boot_code_path))?;
     let mut mbr = table.mbr;
-    grub::patch_mbr(&mut mbr, &boot_code, bios_part.first_lba)?;
+    grub::patch_mbr(&mut mbr, &boot_code, bios_part.partition.first_lba)?;
     let mut core = std::fs::read(&core_path).map_err(io("reading", &core_path))?;
-    grub::patch_core(&mut core, bios_part.first_lba, bios_part.size())?;
+    grub::patch_core(&mut core, bios_part.partition.first_lba, bios_part.size)?;
 
     if out.exists() {
         std::fs::remove_file(out).map_err(io("removing", out))?;
     }
     let mut disk = File::create(out).map_err(io("creating", out))?;
-    disk.set_len(plan.total_sectors * gpt::SECTOR).map_err(io("sizing", out))?;
+    disk.set_len(plan.size_bytes()).map_err(io("sizing", out))?;
     let mut put = |offset: u64, data: &[u8]| -> Result<(), ImagerError> {
         disk.seek(SeekFrom::Start(offset)).and_then(|_| disk.write_all(data)).map_err(io("writing", out))
     };
     put(0, &mbr)?;
-    put(gpt::SECTOR, &table.primary)?;
-    put(table.backup_offset, &table.backup)?;
-    put(bios_part.offset(), &core)?;
-    copy_sparse(&efi_img, &mut disk, efi_part.offset(), efi_part.size(), out)?;
-    copy_sparse(&boot_img, &mut disk, boot_part.offset(), boot_part.size(), out)?;
+    for (offset, bytes) in &table.regions {
+        put(*offset, bytes)?;
+    }
+    put(bios_part.offset, &core)?;
+    copy_sparse(&efi_img, &mut disk, efi_part.offset, efi_part.size, out)?;
+    copy_sparse(&boot_img, &mut disk, boot_part.offset, boot_part.size, out)?;
     disk.sync_all().map_err(io("syncing", out))?;
     set_mode(out, 0o644)
 }

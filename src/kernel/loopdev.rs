@@ -1,11 +1,13 @@
-//! Loop devices: attach a file read-only to a free `/dev/loopN` so it can be mounted.
+//! Loop devices: attach a file read-only to a free `/dev/loopN` so it can be mounted, or
+//! read-write with partition scanning ([`attach_for_partitioning`], `losetup -P`) so a disk
+//! image can be partitioned through the kernel as a real disk is.
 //!
 //! Devices are attached with autoclear, so the kernel detaches them by itself once the last
 //! user (the mount) goes away. That has a trap: closing the loop device's fd before `mount()`
 //! has taken its own reference detaches the device at once, and the mount then fails reading
 //! block 0. [`LoopDevice`] therefore keeps the fd open until it is dropped; drop it only after
-//! the mount succeeded. This module never detaches a device it did not attach, and never attaches
-//! read-write.
+//! the mount succeeded. This module never detaches a device it did not attach, and attaches
+//! read-write only when asked to by name.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
@@ -20,10 +22,12 @@ pub const LOOP_CONTROL: &str = "/dev/loop-control";
 // Request numbers and flags from linux/loop.h (interface facts).
 const LOOP_SET_FD: Opcode = 0x4C00;
 const LOOP_SET_STATUS64: Opcode = 0x4C04;
+const LOOP_SET_CAPACITY: Opcode = 0x4C07;
 const LOOP_CONFIGURE: Opcode = 0x4C0A;
 const LOOP_CTL_GET_FREE: Opcode = 0x4C82;
 const LO_FLAGS_READ_ONLY: u32 = 1;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
+const LO_FLAGS_PARTSCAN: u32 = 8;
 const LO_NAME_SIZE: usize = 64;
 const LO_KEY_SIZE: usize = 32;
 
@@ -61,7 +65,7 @@ const _: () = assert!(std::mem::size_of::<LoopInfo64>() == 232);
 const _: () = assert!(std::mem::size_of::<LoopConfig>() == 304);
 
 impl LoopInfo64 {
-    fn read_only_autoclear(backing: &Path) -> Self {
+    fn new(backing: &Path, lo_flags: u32) -> Self {
         let mut lo_file_name = [0u8; LO_NAME_SIZE];
         let name = backing.as_os_str().as_encoded_bytes();
         let n = name.len().min(LO_NAME_SIZE - 1);
@@ -75,7 +79,7 @@ impl LoopInfo64 {
             lo_number: 0,
             lo_encrypt_type: 0,
             lo_encrypt_key_size: 0,
-            lo_flags: LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR,
+            lo_flags,
             lo_file_name,
             lo_crypt_name: [0; LO_NAME_SIZE],
             lo_encrypt_key: [0; LO_KEY_SIZE],
@@ -136,6 +140,8 @@ pub enum LoopError {
     Attach { backing: PathBuf, device: PathBuf, source: std::io::Error },
     #[error("attaching {}: every free loop device was taken by someone else first", backing.display())]
     Busy { backing: PathBuf },
+    #[error("updating the size of {}: {source}", device.display())]
+    Capacity { device: PathBuf, source: std::io::Error },
 }
 
 /// An attached loop device. Holds the device fd open (see the module note on autoclear): drop
@@ -157,6 +163,14 @@ impl LoopDevice {
     pub fn number(&self) -> u32 {
         self.number
     }
+
+    /// Has the kernel take the backing file's current size as the device's (LOOP_SET_CAPACITY),
+    /// as a disk that grew.
+    pub fn set_capacity(&self) -> Result<(), LoopError> {
+        // SAFETY: LOOP_SET_CAPACITY takes no argument.
+        unsafe { ioctl(self._fd.as_fd(), rustix::ioctl::NoArg::<LOOP_SET_CAPACITY>::new()) }
+            .map_err(|e| LoopError::Capacity { device: self.path.clone(), source: e.into() })
+    }
 }
 
 /// How to hand the backing file to the loop device.
@@ -176,6 +190,22 @@ pub fn attach_read_only(backing: &Path, dev: &Path) -> Result<LoopDevice, LoopEr
 /// [`attach_read_only`] with a chosen attach method.
 pub fn attach_read_only_using(backing: &Path, dev: &Path, method: AttachMethod) -> Result<LoopDevice, LoopError> {
     let file = File::open(backing).map_err(|source| LoopError::OpenBacking { path: backing.into(), source })?;
+    attach(&file, backing, dev, method, LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR)
+}
+
+/// Attaches `backing` read-write with autoclear and partition scanning (`losetup -P`), so the
+/// kernel keeps partitions of the device (`/dev/loopNpK`) as it does for a disk: scanned at
+/// attach, and added or resized later through BLKPG.
+pub fn attach_for_partitioning(backing: &Path, dev: &Path) -> Result<LoopDevice, LoopError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(backing)
+        .map_err(|source| LoopError::OpenBacking { path: backing.into(), source })?;
+    attach(&file, backing, dev, AttachMethod::Configure, LO_FLAGS_AUTOCLEAR | LO_FLAGS_PARTSCAN)
+}
+
+fn attach(file: &File, backing: &Path, dev: &Path, method: AttachMethod, flags: u32) -> Result<LoopDevice, LoopError> {
     let control = OpenOptions::new()
         .read(true)
         .write(true)
@@ -190,8 +220,8 @@ pub fn attach_read_only_using(backing: &Path, dev: &Path, method: AttachMethod) 
             source: std::io::Error::other(format!("negative device number {number}")),
         })?;
         let device = dev.join(format!("loop{number}"));
-        let fd = open_device(&device)?;
-        match configure(&fd, &file, backing, method) {
+        let fd = open_device(&device, flags & LO_FLAGS_READ_ONLY == 0)?;
+        match configure(&fd, file, backing, method, flags) {
             Ok(()) => return Ok(LoopDevice { path: device, number, _fd: fd }),
             Err(Errno::BUSY) => continue,
             Err(e) => return Err(LoopError::Attach { backing: backing.into(), device, source: e.into() }),
@@ -200,11 +230,12 @@ pub fn attach_read_only_using(backing: &Path, dev: &Path, method: AttachMethod) 
     Err(LoopError::Busy { backing: backing.into() })
 }
 
-/// Opens the loop device node, waiting briefly for devtmpfs to create a just-added node.
-fn open_device(device: &Path) -> Result<File, LoopError> {
+/// Opens the loop device node, waiting briefly for devtmpfs to create a just-added node. The
+/// kernel makes the device read-only unless this fd, too, is open for writing.
+fn open_device(device: &Path, write: bool) -> Result<File, LoopError> {
     let mut tries = 0;
     loop {
-        match File::open(device) {
+        match OpenOptions::new().read(true).write(write).open(device) {
             Ok(f) => return Ok(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 50 => {
                 tries += 1;
@@ -216,9 +247,15 @@ fn open_device(device: &Path) -> Result<File, LoopError> {
 }
 
 /// LOOP_CONFIGURE in one step; on kernels without it, LOOP_SET_FD then LOOP_SET_STATUS64.
-fn configure(device: &File, backing: &File, backing_path: &Path, method: AttachMethod) -> Result<(), Errno> {
+fn configure(
+    device: &File,
+    backing: &File,
+    backing_path: &Path,
+    method: AttachMethod,
+    flags: u32,
+) -> Result<(), Errno> {
     let backing_fd = std::os::fd::AsRawFd::as_raw_fd(backing);
-    let info = LoopInfo64::read_only_autoclear(backing_path);
+    let info = LoopInfo64::new(backing_path, flags);
     if method == AttachMethod::Configure {
         let config = LoopConfig { fd: backing_fd as u32, block_size: 0, info, reserved: [0; 8] };
         // SAFETY: LOOP_CONFIGURE reads a `struct loop_config`, which LoopConfig mirrors (size

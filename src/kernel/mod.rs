@@ -1,12 +1,13 @@
 //! Kernel adapters: thin, typed wrappers over the syscalls and kernel files the node needs
-//! (mounts, loop devices, module loading, the kernel command line, rtnetlink, network
-//! namespaces, the hostname and UTS namespaces).
+//! (mounts, loop devices, block devices and their partitions, module loading, the kernel
+//! command line, rtnetlink, network namespaces, the hostname and UTS namespaces).
 //!
 //! This is the only place in the crate allowed to hold `unsafe`, each block with a `// SAFETY:`
 //! line. Parsing and decisions stay pure and table-tested here; the code that touches the kernel
 //! stays thin. Nothing here shells out to `mount`, `losetup`, `modprobe` or `ip`, and nothing here may
 //! panic on a runtime path: PID 1 calls into it.
 
+pub mod blockdev;
 pub mod clock;
 pub mod cmdline;
 pub mod console;
