@@ -1,9 +1,11 @@
-//! Block devices and what is on them, read without mounting: today the two file systems a
-//! nocloud seed comes on (vfat and ISO 9660), their labels and the files of their root
-//! directories, and the list of the node's block devices to look for them on.
+//! Block devices and what is on them, read without mounting: the two file systems a nocloud
+//! seed comes on (vfat and ISO 9660), their labels and the files of their root directories;
+//! the signature probe of every device (`probe`, the node's blkid); and the list of the node's
+//! block devices to look on.
 
 pub mod fat;
 pub mod iso9660;
+pub mod probe;
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
