@@ -38,6 +38,9 @@ pub struct Fat<R> {
     data_offset: u64,
     clusters: u32,
     boot_label: String,
+    sector_bytes: u32,
+    sectors: u64,
+    serial: Option<u32>,
 }
 
 /// One entry of a directory, as read.
@@ -106,6 +109,13 @@ impl<R: Read + Seek> Fat<R> {
         if (kind == FatKind::Fat32) != (root_entries == 0) {
             return Err(invalid("FAT: the root directory does not match the FAT type"));
         }
+        // The volume serial number blkid reports as UUID: FAT32 always has one; FAT12/16 when
+        // the extended boot signature (0x28, or 0x29 with a label) says so.
+        let serial = if kind == FatKind::Fat32 {
+            Some(le32(&boot, 67))
+        } else {
+            matches!(boot[38], 0x28 | 0x29).then(|| le32(&boot, 39))
+        };
         let boot_label = if kind == FatKind::Fat32 {
             if boot[66] == 0x29 { label_text(&boot[71..82]) } else { String::new() }
         } else if boot[38] == 0x29 {
@@ -123,11 +133,35 @@ impl<R: Read + Seek> Fat<R> {
             data_offset: data_sector * bytes_per_sector,
             clusters: u32::try_from(clusters).map_err(|_| invalid("FAT: too many clusters"))?,
             boot_label,
+            // Checked against 512..4096 above.
+            sector_bytes: bytes_per_sector as u32,
+            sectors: total,
+            serial,
         }))
     }
 
     pub fn kind(&self) -> FatKind {
         self.kind
+    }
+
+    /// Bytes per logical sector (blkid's BLOCK_SIZE).
+    pub fn sector_size(&self) -> u32 {
+        self.sector_bytes
+    }
+
+    /// Bytes per cluster, the file system's allocation unit.
+    pub fn cluster_size(&self) -> u64 {
+        self.cluster_bytes
+    }
+
+    /// The volume's size in bytes, as its boot sector counts it.
+    pub fn size(&self) -> u64 {
+        self.sectors * u64::from(self.sector_bytes)
+    }
+
+    /// The volume serial number, printed `XXXX-XXXX` as blkid's UUID.
+    pub fn serial(&self) -> Option<u32> {
+        self.serial
     }
 
     /// The volume label as blkid reports it: the root directory's volume-label entry, else

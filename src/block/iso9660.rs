@@ -34,6 +34,9 @@ pub struct Iso9660<R> {
     dev: R,
     label: String,
     block: u64,
+    /// The volume space size, in logical blocks.
+    blocks: u32,
+    uuid: Option<String>,
     /// The root directory to read files from, and how its names are written.
     root: (u32, u32, Names),
 }
@@ -51,6 +54,17 @@ pub struct Entry {
 fn ucs2(raw: &[u8]) -> String {
     let units: Vec<u16> = raw.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
     String::from_utf16_lossy(&units)
+}
+
+/// A dec-datetime (16 digits and a time-zone byte) as `YYYY-MM-DD-HH-MM-SS-CC`; `None` when
+/// unset (all digits zero with a zero zone) or not digits.
+fn volume_date(raw: &[u8]) -> Option<String> {
+    let (digits, zone) = raw.split_at(16);
+    if !digits.iter().all(u8::is_ascii_digit) || (digits.iter().all(|&d| d == b'0') && zone[0] == 0) {
+        return None;
+    }
+    let d = |r: std::ops::Range<usize>| std::str::from_utf8(&digits[r]).unwrap_or_default();
+    Some(format!("{}-{}-{}-{}-{}-{}-{}", d(0..4), d(4..6), d(6..8), d(8..10), d(10..12), d(12..14), d(14..16)))
 }
 
 /// A file identifier without its `;1` version and the `.` of an empty extension.
@@ -98,12 +112,30 @@ impl<R: Read + Seek> Iso9660<R> {
                 (extent, size, Names::Iso)
             }
         };
-        Ok(Some(Iso9660 { dev, label, block, root }))
+        // blkid's UUID: the modification date, else the creation date (ECMA-119 8.4.27, 8.4.26).
+        let uuid = volume_date(&pvd[830..847]).or_else(|| volume_date(&pvd[813..830]));
+        Ok(Some(Iso9660 { dev, label, block, blocks: le32(&pvd, 80), uuid, root }))
     }
 
     /// The volume identifier of the primary descriptor (the Joliet one when that is blank).
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// Bytes per logical block.
+    pub fn block_size(&self) -> u32 {
+        // One of 512, 1024, 2048: checked in `open`.
+        self.block as u32
+    }
+
+    /// The volume's size in bytes, as its primary descriptor counts it.
+    pub fn size(&self) -> u64 {
+        u64::from(self.blocks) * self.block
+    }
+
+    /// The volume date blkid reports as UUID, `YYYY-MM-DD-HH-MM-SS-CC`.
+    pub fn uuid(&self) -> Option<&str> {
+        self.uuid.as_deref()
     }
 
     /// The entries of the root directory, without `.` and `..`.

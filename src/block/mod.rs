@@ -8,6 +8,7 @@ pub mod fat;
 pub mod format;
 pub mod gpt;
 pub mod iso9660;
+pub mod probe;
 pub mod selector;
 pub mod sysblock;
 
