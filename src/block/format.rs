@@ -133,8 +133,14 @@ mod tests {
 
     #[test]
     fn what_the_node_does_not_make_is_refused() {
-        assert_eq!(mkfs("/", FilesystemType::Swap, "/dev/x", "", 1), Err(FormatError::Unsupported(FilesystemType::Swap)));
-        assert!(matches!(mkfs("/", FilesystemType::Xfs, "/dev/x", "EPHEMERAL-LONG", 1), Err(FormatError::Label { .. })));
+        assert_eq!(
+            mkfs("/", FilesystemType::Swap, "/dev/x", "", 1),
+            Err(FormatError::Unsupported(FilesystemType::Swap))
+        );
+        assert!(matches!(
+            mkfs("/", FilesystemType::Xfs, "/dev/x", "EPHEMERAL-LONG", 1),
+            Err(FormatError::Label { .. })
+        ));
         let big = mkfs("/", FilesystemType::Xfs, "/dev/vda6", "EPHEMERAL", 5 << 30).unwrap();
         assert!(big.env.is_empty());
         assert_eq!(big.program, PathBuf::from("/usr/sbin/mkfs.xfs"));

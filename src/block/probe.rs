@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use super::fat::Fat;
 use super::iso9660::Iso9660;
 use super::{le16, le32, read_at};
-use crate::imager::gpt::crc32;
+use crate::block::gpt::crc32;
 
 /// What is read at once from the start of a device: every signature but ISO 9660, the
 /// larger swap pages and the backup GPT header lives in it.
@@ -192,7 +192,8 @@ pub fn probe_path(path: &Path, sector_size: u32) -> Result<Option<Probed>, Probe
         Err(e) => return Err(ProbeError::Open { path: path.to_path_buf(), source: e.into() }),
     }
     // The end of a block device is its size; its metadata's length is 0.
-    let size = (&file).seek(SeekFrom::End(0)).map_err(|source| ProbeError::Size { path: path.to_path_buf(), source })?;
+    let size =
+        (&file).seek(SeekFrom::End(0)).map_err(|source| ProbeError::Size { path: path.to_path_buf(), source })?;
     probe(&file, Region::whole(size, sector_size))
         .map_err(|e| ProbeError::Device { path: path.to_path_buf(), source: Box::new(e) })
 }
@@ -706,7 +707,8 @@ mod tests {
     /// Probes all of `path`, expects `signature` and blkid's agreement; what was found.
     fn agrees(path: &Path, signature: Signature) -> Probed {
         let what = path.display().to_string();
-        let ours = probe_path(path, 512).unwrap().unwrap_or_else(|| panic!("{what}: nothing; blkid: {:?}", blkid(path)));
+        let ours =
+            probe_path(path, 512).unwrap().unwrap_or_else(|| panic!("{what}: nothing; blkid: {:?}", blkid(path)));
         assert_eq!(ours.signature, signature, "{what}");
         same_as_blkid(&ours, &blkid(path), &what);
         ours
@@ -779,7 +781,8 @@ mod tests {
     #[test]
     fn vfat_agrees_with_blkid_and_minfo() {
         let dir = tempfile::tempdir().unwrap();
-        for (fat, kib, label) in [(Some(12), 1440, "cidata"), (Some(16), 32_768, "EFI"), (Some(32), 70_000, "CIDATA"), (None, 4096, "")]
+        for (fat, kib, label) in
+            [(Some(12), 1440, "cidata"), (Some(16), 32_768, "EFI"), (Some(32), 70_000, "CIDATA"), (None, 4096, "")]
         {
             let img = dir.path().join(format!("fat{kib}"));
             crate::block::testing::vfat(&img, fat, kib, label, &[("meta-data", b"{}")]);
@@ -899,7 +902,8 @@ mod tests {
         assert_eq!(ours.uuid.as_deref(), Some("8d2b1f6a-3c4e-4a5b-9c8d-7e6f5a4b3c2d"));
         assert_eq!(ours.name(), "gpt");
         let report = run(Command::new("sgdisk").arg("-p").arg(&disk));
-        let (first, last) = (number_after(&report, "First usable sector is"), number_after(&report, "last usable sector is"));
+        let (first, last) =
+            (number_after(&report, "First usable sector is"), number_after(&report, "last usable sector is"));
         assert_eq!(ours.probed_size, (last - first + 1) * 512);
         assert_eq!(ours.block_size, 512);
 
@@ -1016,7 +1020,10 @@ mod tests {
             same_as_blkid(&full, &blkid(&img), &img.display().to_string());
             let len = std::fs::metadata(&img).unwrap().len();
             let file = File::open(&img).unwrap();
-            for keep in [1u64, 100, 511, 512, 1023, 1024, 1100, 2047, 2048, 4095, 4096, 8191, 32_768, 34_000, 40_959, 40_960, 65_536] {
+            for keep in [
+                1u64, 100, 511, 512, 1023, 1024, 1100, 2047, 2048, 4095, 4096, 8191, 32_768, 34_000, 40_959, 40_960,
+                65_536,
+            ] {
                 if keep >= len {
                     continue;
                 }

@@ -112,8 +112,10 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     // Disks and volumes: the node's own, never a shared host's.
     all.push((Scope::NodeOnly, Box::new(block::DevicesController::new())));
     all.push((Scope::NodeOnly, Box::new(block::DisksController::new())));
+    all.push((Scope::NodeOnly, Box::new(block::DiscoveryController::new())));
     all.push((Scope::NodeOnly, Box::new(block::SystemDiskController)));
     all.push((Scope::NodeOnly, Box::new(block::VolumeConfigController)));
+    all.push((Scope::NodeOnly, Box::new(block::VolumeManagerController::new(env.supervisor.reaper()))));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);

@@ -104,8 +104,15 @@ struct Entry {
 }
 
 fn partition_entry(disk: &Path, index: u32) -> Option<Entry> {
-    let _ = (disk, index, gpt::SECTOR);
-    None
+    let file = std::fs::File::open(disk).ok()?;
+    let size = std::io::Seek::seek(&mut &file, std::io::SeekFrom::End(0)).ok()?;
+    let table = gpt::Table::read(&file, size).ok()??;
+    let p = table.partition(index)?;
+    Some(Entry {
+        label: p.partition.name.clone(),
+        type_guid: p.partition.type_guid.to_string(),
+        guid: p.partition.guid.to_string(),
+    })
 }
 
 #[async_trait::async_trait]
@@ -140,10 +147,13 @@ impl Controller for DiscoveryController {
         let (dev, sys) = (self.dev.clone(), self.sys_block.clone());
         let probed: Vec<(Job, DiscoveredVolume)> = ctx
             .blocking("probing block devices", move || {
-                stale.into_iter().map(|j| {
-                    let v = discover(&dev, &sys, &j);
-                    (j, v)
-                }).collect()
+                stale
+                    .into_iter()
+                    .map(|j| {
+                        let v = discover(&dev, &sys, &j);
+                        (j, v)
+                    })
+                    .collect()
             })
             .await?;
         for (job, volume) in probed {

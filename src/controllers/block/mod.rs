@@ -3,9 +3,11 @@
 //! the volume manager are pure ([`volumes`]); the controllers gather facts and carry them out.
 
 pub mod devices;
+pub mod discovery;
 pub mod disks;
 pub mod system_disk;
 pub mod volume_config;
+pub mod volume_manager;
 pub mod volumes;
 
 pub use devices::DevicesController;
@@ -13,4 +15,6 @@ pub use disks::DisksController;
 pub use system_disk::SystemDiskController;
 pub use volume_config::VolumeConfigController;
 pub mod mount;
+pub use discovery::DiscoveryController;
 pub use mount::MountController;
+pub use volume_manager::VolumeManagerController;

@@ -45,8 +45,7 @@ fn flags(status: &VolumeStatus) -> MountFlags {
 }
 
 fn mount_volume(source: &str, target: &Path, fs: FilesystemType, flags: MountFlags, mode: u32) -> Result<(), String> {
-    km::mount_spec(&MountSpec { fstype: fs.fstype(), source, target, flags, data: None })
-        .map_err(|e| e.to_string())?;
+    km::mount_spec(&MountSpec { fstype: fs.fstype(), source, target, flags, data: None }).map_err(|e| e.to_string())?;
     if mode != 0 {
         std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode))
             .map_err(|e| format!("setting mode {mode:o} on {}: {e}", target.display()))?;

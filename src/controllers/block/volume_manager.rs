@@ -18,14 +18,16 @@ use std::time::{Duration, Instant};
 
 use super::volumes::{self, DiskCandidate, FormatDecision, FreeSpace, Lookup, PhaseInputs, Step};
 use crate::block::format;
-use crate::block::gpt;
-use crate::block::selector::{Env, Expression};
+use crate::block::selector::{Env, Expression, Vars};
+use crate::block::{gpt, probe};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
+use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
     DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, NAMESPACE, REFRESH_ID, SystemDisk,
     VolumeConfig, VolumePhase, VolumeStatus, pretty_size,
 };
 use crate::services::Reaper;
+use std::path::Path;
 
 /// How long a device node may take to appear after the kernel is told of a partition.
 const DEVICE_NODE_WAIT: Duration = Duration::from_secs(1);
@@ -58,7 +60,12 @@ impl VolumeManagerController {
 
     /// For tests: programs under `root`, children waited for directly.
     pub fn for_test(root: &str, dev: PathBuf) -> Self {
-        VolumeManagerController { reaper: None, root: root.to_string(), dev, ..Self::new(Reaper::new(crate::services::ReapMode::Own)) }
+        VolumeManagerController {
+            reaper: None,
+            root: root.to_string(),
+            dev,
+            ..Self::new(Reaper::new(crate::services::ReapMode::Own))
+        }
     }
 
     fn expression(&mut self, source: &str, disk: bool) -> Result<Expression, String> {
@@ -106,15 +113,25 @@ impl Controller for VolumeManagerController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let mut configs: Vec<(String, VolumeConfig)> =
-            ctx.list::<VolumeConfig>(NAMESPACE)?.into_iter().map(|r| (r.metadata().id.clone(), r.spec().clone())).collect();
+        let mut configs: Vec<(String, VolumeConfig)> = ctx
+            .list::<VolumeConfig>(NAMESPACE)?
+            .into_iter()
+            .map(|r| (r.metadata().id.clone(), r.spec().clone()))
+            .collect();
         configs.sort_by(|a, b| (a.1.provisioning.wave, &a.0).cmp(&(b.1.provisioning.wave, &b.0)));
-        let mut statuses: BTreeMap<String, VolumeStatus> =
-            ctx.list::<VolumeStatus>(NAMESPACE)?.into_iter().map(|r| (r.metadata().id.clone(), r.spec().clone())).collect();
+        let mut statuses: BTreeMap<String, VolumeStatus> = ctx
+            .list::<VolumeStatus>(NAMESPACE)?
+            .into_iter()
+            .map(|r| (r.metadata().id.clone(), r.spec().clone()))
+            .collect();
         let settled_request = ctx.get::<DiscoveryRefreshStatus>(NAMESPACE, REFRESH_ID)?.map(|r| r.spec().request);
         let mut world = World {
             discovered: ctx.list::<DiscoveredVolume>(NAMESPACE)?.into_iter().map(|r| r.spec().clone()).collect(),
-            disks: ctx.list::<Disk>(NAMESPACE)?.into_iter().map(|r| (r.metadata().id.clone(), r.spec().clone())).collect(),
+            disks: ctx
+                .list::<Disk>(NAMESPACE)?
+                .into_iter()
+                .map(|r| (r.metadata().id.clone(), r.spec().clone()))
+                .collect(),
             system_disk: ctx.get::<SystemDisk>(NAMESPACE, SystemDisk::ID)?.map(|r| r.spec().disk_id.clone()),
             discovery_settled: settled_request.is_some_and(|r| r >= self.refresh),
         };
@@ -244,8 +261,10 @@ impl VolumeManagerController {
         let locator = self
             .expression(&config.locator.expression, false)
             .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
-        let found = volumes::locate(&world.discovered, |v| locator.matches(&[("volume", v.cel_view())]))
-            .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
+        let found = volumes::locate(&world.discovered, |v| {
+            Vars::new().with_volume(&v.cel_view()).and_then(|vars| locator.matches(&vars))
+        })
+        .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
         if let Lookup::Found(v) = found {
             let parent = if v.parent_dev_path.is_empty() { String::new() } else { v.parent_dev_path.clone() };
             let mut next = VolumeStatus {
@@ -269,9 +288,9 @@ impl VolumeManagerController {
                 ..volumes::advance(status, VolumePhase::Missing)
             });
         }
-        let selector = self
-            .expression(&config.provisioning.disk_selector.expression, true)
-            .map_err(|e| StepError::failed(format!("disk selector {:?}: {e}", config.provisioning.disk_selector.expression)))?;
+        let selector = self.expression(&config.provisioning.disk_selector.expression, true).map_err(|e| {
+            StepError::failed(format!("disk selector {:?}: {e}", config.provisioning.disk_selector.expression))
+        })?;
         // What each disk has free, read from its partition table now.
         let names: Vec<(String, u64)> = world.disks.iter().map(|(n, d)| (n.clone(), d.size)).collect();
         let dev = self.dev.clone();
@@ -292,7 +311,7 @@ impl VolumeManagerController {
             })
             .collect();
         let selection = volumes::select_disk(spec, &candidates, |c| {
-            selector.matches(&[("disk", serde_json::to_value(c.disk).unwrap_or_default()), ("system_disk", c.system_disk.into())])
+            Vars::new().with_disk(c.disk).and_then(|vars| selector.matches(&vars.with_system_disk(c.system_disk)))
         });
         let Some((disk, size)) = selection.chosen.clone() else {
             return Ok(VolumeStatus {
@@ -328,7 +347,12 @@ impl VolumeManagerController {
         })
     }
 
-    async fn grow(&mut self, ctx: &Context, config: &VolumeConfig, status: &VolumeStatus) -> Result<VolumeStatus, StepError> {
+    async fn grow(
+        &mut self,
+        ctx: &Context,
+        config: &VolumeConfig,
+        status: &VolumeStatus,
+    ) -> Result<VolumeStatus, StepError> {
         let spec = &config.provisioning.partition_spec;
         if !spec.grow || status.partition_index == 0 || status.parent_location.is_empty() {
             return Ok(volumes::advance(status, VolumePhase::Provisioned));
@@ -348,7 +372,13 @@ impl VolumeManagerController {
         Ok(next)
     }
 
-    async fn format(&mut self, ctx: &Context, id: &str, config: &VolumeConfig, status: &VolumeStatus) -> Result<VolumeStatus, StepError> {
+    async fn format(
+        &mut self,
+        ctx: &Context,
+        id: &str,
+        config: &VolumeConfig,
+        status: &VolumeStatus,
+    ) -> Result<VolumeStatus, StepError> {
         let device = PathBuf::from(&status.mount_location);
         let wanted = config.provisioning.filesystem_spec.kind;
         if wanted == crate::resources::block::FilesystemType::None {
@@ -373,7 +403,10 @@ impl VolumeManagerController {
                 };
                 let cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
                     .map_err(|e| StepError::failed(e.to_string()))?;
-                crate::kernel::console::line(&format!("volume {id}: formatting {} as {:?}", status.mount_location, wanted));
+                crate::kernel::console::line(&format!(
+                    "volume {id}: formatting {} as {:?}",
+                    status.mount_location, wanted
+                ));
                 run(self.reaper.clone(), &cmd).await.map_err(StepError::failed)?;
                 self.refresh += 1;
                 Ok(volumes::advance(status, VolumePhase::Ready))
@@ -427,29 +460,71 @@ pub struct Placed {
     pub guid: String,
 }
 
+/// The disk's partition table as it is to be written: read (following a disk that grew), or
+/// a new one on a disk that carries nothing at all.
+fn table_of(dev: &KernelDisk) -> Result<gpt::Table, String> {
+    let size = dev.size_bytes().map_err(|e| e.to_string())?;
+    let sector = dev.logical_sector_size().map_err(|e| e.to_string())?;
+    let mut table = match gpt::Table::read_with_sector_size(dev.file(), size, sector).map_err(|e| e.to_string())? {
+        Some(t) => t,
+        None => match probe::probe(dev.file(), probe::Region::whole(size, sector as u32)).map_err(|e| e.to_string())? {
+            None => {
+                let seed = format!("{}:{size}:{:?}", dev.path().display(), std::time::SystemTime::now());
+                gpt::Table::new_with_sector_size(gpt::Guid::derived(seed.as_bytes()), size, sector)
+                    .map_err(|e| e.to_string())?
+            }
+            Some(found) => return Err(format!("it holds {}, not a partition table", found.name())),
+        },
+    };
+    table.relocate_backup(size).map_err(|e| e.to_string())?;
+    Ok(table)
+}
+
 /// What a disk has free for a new partition, or why it cannot get one.
-fn disk_free_space(disk: &std::path::Path, size: u64) -> Result<FreeSpace, String> {
-    gpt_free_space(disk, size)
+fn disk_free_space(disk: &Path, _size: u64) -> Result<FreeSpace, String> {
+    let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
+    let table = table_of(&dev)?;
+    let ss = table.sector_size();
+    let total = table.allocatable().iter().map(|e| e.sectors() * ss).sum();
+    Ok(FreeSpace { largest: table.largest_allocatable(), total })
 }
 
-fn gpt_free_space(disk: &std::path::Path, size: u64) -> Result<FreeSpace, String> {
-    let _ = (disk, size, gpt::SECTOR);
-    Err("partition tables are not read yet".to_string())
+/// Adds the partition, writes the table, and tells the kernel. A partition of the same label
+/// already on the disk is never made twice: the volume waits for discovery to see it.
+fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: u64) -> Result<Placed, String> {
+    let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
+    let mut table = table_of(&dev)?;
+    if let Some(existing) = table.partitions().into_iter().find(|p| p.partition.name == label) {
+        return Err(format!(
+            "partition {} is labelled {label} already; waiting for discovery to see it",
+            existing.number
+        ));
+    }
+    let type_guid = gpt::Guid::parse(type_uuid).map_err(|e| e.to_string())?;
+    let seed = format!("{}:{volume}:{label}:{:?}", table.disk_guid(), std::time::SystemTime::now());
+    let placed = table
+        .add_partition(label, type_guid, gpt::Guid::derived(seed.as_bytes()), size, size, false)
+        .map_err(|e| e.to_string())?;
+    table.write(dev.file()).map_err(|e| e.to_string())?;
+    dev.add_partition(placed.number, placed.offset, placed.size).map_err(|e| e.to_string())?;
+    Ok(Placed { index: placed.number, size: placed.size, guid: placed.partition.guid.to_string() })
 }
 
-fn add_partition(disk: &std::path::Path, volume: &str, label: &str, type_uuid: &str, size: u64) -> Result<Placed, String> {
-    let _ = (disk, volume, label, type_uuid, size);
-    Err("partitions are not made yet".to_string())
+/// Grows partition `index` into the free space after it (up to `max`), moving the backup
+/// table to the disk's end first; the new size, or `None` when it did not grow.
+fn grow_partition(disk: &Path, index: u32, max: u64) -> Result<Option<u64>, String> {
+    let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
+    let mut table = table_of(&dev)?;
+    let Some(grown) = table.grow_partition(index, max).map_err(|e| e.to_string())? else { return Ok(None) };
+    table.write(dev.file()).map_err(|e| e.to_string())?;
+    dev.resize_partition(grown.number, grown.offset, grown.size).map_err(|e| e.to_string())?;
+    Ok(Some(grown.size))
 }
 
-fn grow_partition(disk: &std::path::Path, index: u32, max: u64) -> Result<Option<u64>, String> {
-    let _ = (disk, index, max);
-    Ok(None)
-}
-
-fn probe_name(device: &std::path::Path) -> Result<String, String> {
-    let _ = device;
-    Err("probing is not done yet".to_string())
+/// The name of what is on a volume (`""`: nothing known).
+fn probe_name(device: &Path) -> Result<String, String> {
+    let found = probe::probe_path(device, 512).map_err(|e| e.to_string())?;
+    Ok(found.map(|f| f.name().to_string()).unwrap_or_default())
 }
 
 #[cfg(test)]
