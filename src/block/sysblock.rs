@@ -83,9 +83,8 @@ pub fn transport(device_path: &str, name: &str) -> &'static str {
         "scsi"
     } else if name.starts_with("mmcblk") {
         "mmc"
-    } else if name.starts_with("loop") || name.starts_with("ram") || name.starts_with("zram") {
-        ""
     } else {
+        // loop, ram, zram and whatever else has no bus.
         ""
     }
 }

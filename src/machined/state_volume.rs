@@ -18,6 +18,8 @@ use crate::resources::block::{MountStatus, NAMESPACE, VolumePhase, VolumeStatus}
 
 /// How long the store waits for STATE at most, whatever the volumes say.
 const GIVE_UP_AFTER: Duration = Duration::from_secs(120);
+/// How long META must stay missing before the store goes on without STATE.
+const NO_DISK_GRACE: Duration = Duration::from_secs(10);
 
 /// Why the store settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,13 +49,27 @@ pub async fn settle_store(state: State, store: Arc<ConfigStore>, cancel: Cancell
     let mut watch = state.watch_kind::<VolumeStatus>(NAMESPACE);
     let mut mounts = state.watch_kind::<MountStatus>(NAMESPACE);
     let deadline = tokio::time::Instant::now() + GIVE_UP_AFTER;
+    // A disk's driver may load after machined starts: "no system disk" stands only once it
+    // held for a while.
+    let mut no_disk_since: Option<tokio::time::Instant> = None;
     let outcome = loop {
         let get = |id: &str| state.get::<VolumeStatus>(NAMESPACE, id).ok().map(|r| r.spec().clone());
         let mounted = state.get::<MountStatus>(NAMESPACE, STATE).is_ok();
-        if let Some(s) = decide(get(META).as_ref(), get(STATE).as_ref(), mounted) {
-            break s;
+        let meta = get(META);
+        let mut wake = deadline;
+        match decide(meta.as_ref(), get(STATE).as_ref(), mounted) {
+            Some(s) if meta.as_ref().is_some_and(|m| m.phase == VolumePhase::Missing) && !mounted => {
+                let since = *no_disk_since.get_or_insert_with(tokio::time::Instant::now);
+                if since.elapsed() >= NO_DISK_GRACE {
+                    break s;
+                }
+                wake = since + NO_DISK_GRACE;
+            }
+            Some(s) => break s,
+            None => no_disk_since = None,
         }
         tokio::select! {
+            () = tokio::time::sleep_until(wake), if wake < deadline => {}
             () = cancel.cancelled() => return,
             () = tokio::time::sleep_until(deadline) => break Settled::Without(format!("STATE was not ready after {GIVE_UP_AFTER:?}")),
             r = watch.next() => if r.is_err() { tokio::time::sleep(Duration::from_secs(1)).await },

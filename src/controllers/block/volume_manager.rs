@@ -118,7 +118,7 @@ impl Controller for VolumeManagerController {
             .into_iter()
             .map(|r| (r.metadata().id.clone(), r.spec().clone()))
             .collect();
-        configs.sort_by(|a, b| (a.1.provisioning.wave, &a.0).cmp(&(b.1.provisioning.wave, &b.0)));
+        configs.sort_by(|a, b| volumes::order_key(&a.0, &a.1).cmp(&volumes::order_key(&b.0, &b.1)));
         let mut statuses: BTreeMap<String, VolumeStatus> = ctx
             .list::<VolumeStatus>(NAMESPACE)?
             .into_iter()
@@ -133,8 +133,11 @@ impl Controller for VolumeManagerController {
                 .map(|r| (r.metadata().id.clone(), r.spec().clone()))
                 .collect(),
             system_disk: ctx.get::<SystemDisk>(NAMESPACE, SystemDisk::ID)?.map(|r| r.spec().disk_id.clone()),
-            discovery_settled: settled_request.is_some_and(|r| r >= self.refresh),
+            discovery_settled: false,
         };
+        // Settled: the discovery answered our last request and has probed every disk.
+        world.discovery_settled = settled_request.is_some_and(|r| r >= self.refresh)
+            && world.disks.iter().all(|(_, d)| world.discovered.iter().any(|v| v.dev_path == d.dev_path));
 
         ctx.start_tracking_outputs();
         ctx.apply(NAMESPACE, REFRESH_ID, DiscoveryRefreshRequest { request: self.refresh })?;

@@ -85,6 +85,13 @@ pub fn earlier_waves_ready(wave: i64, volumes: &[(i64, VolumePhase)]) -> Result<
     }
 }
 
+/// The order volumes are taken in: by wave; within a wave fixed-size volumes before those
+/// that grow (STATE before EPHEMERAL, or EPHEMERAL would take the room STATE needs); then by
+/// id.
+pub fn order_key<'a>(id: &'a str, config: &VolumeConfig) -> (i64, bool, &'a str) {
+    (config.provisioning.wave, config.provisioning.partition_spec.grow, id)
+}
+
 /// The outcome of a locator over the discovered volumes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup<'a> {
@@ -334,6 +341,25 @@ mod tests {
         assert_eq!(earlier_waves_ready(0, &vols), Ok(()));
         assert_eq!(earlier_waves_ready(1_000_000, &vols), Err(0));
         assert_eq!(earlier_waves_ready(5, &[]), Ok(()));
+    }
+
+    #[test]
+    fn fixed_volumes_come_before_growing_ones_in_a_wave() {
+        let vc = |wave, grow| {
+            let mut c = VolumeConfig::default();
+            c.provisioning.wave = wave;
+            c.provisioning.partition_spec.grow = grow;
+            c
+        };
+        let mut vols = vec![
+            ("u-data", vc(0, false)),
+            ("EPHEMERAL", vc(-1, true)),
+            ("STATE", vc(-1, false)),
+            ("META", vc(-1, false)),
+        ];
+        vols.sort_by(|a, b| order_key(a.0, &a.1).cmp(&order_key(b.0, &b.1)));
+        let ids: Vec<_> = vols.iter().map(|v| v.0).collect();
+        assert_eq!(ids, ["META", "STATE", "EPHEMERAL", "u-data"]);
     }
 
     fn dv(dev: &str, label: &str, name: &str) -> DiscoveredVolume {
