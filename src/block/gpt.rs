@@ -226,7 +226,7 @@ pub struct Table {
     source: Source,
     /// One copy was damaged or missing when read: the next write repairs it.
     repair: bool,
-    /// A backup header moved away by [`Table::relocate_backup`], zeroed on write.
+    /// A backup header moved away by [`Table::relocate_backup`], zeroed on write while free.
     stale_backup_lba: Option<u64>,
 }
 
@@ -319,13 +319,14 @@ impl Table {
         }
         let last_lba = total_sectors - 1;
         let geometry = Geometry { sector_size, total_sectors };
-        let (copy, source, repair) = match read_copy(dev, geometry, 1)? {
+        // An I/O error on one copy is a damaged copy: the other may still be read.
+        let (copy, source, repair) = match read_copy(dev, geometry, 1) {
             Ok(primary) => {
                 let backup_ok = primary.alternate_lba < total_sectors
-                    && matches!(read_copy(dev, geometry, primary.alternate_lba)?, Ok(b) if b.agrees_with(&primary));
+                    && matches!(read_copy(dev, geometry, primary.alternate_lba), Ok(b) if b.agrees_with(&primary));
                 (primary, Source::Primary, !backup_ok)
             }
-            Err(primary_flaw) => match read_copy(dev, geometry, last_lba)? {
+            Err(primary_flaw) => match read_copy(dev, geometry, last_lba) {
                 Ok(backup) => (backup, Source::Backup, true),
                 Err(Flaw::Absent) if primary_flaw == Flaw::Absent => return Ok(None),
                 Err(backup_flaw) => {
@@ -619,8 +620,10 @@ impl Table {
     }
 
     /// The bytes of the table: a protective MBR with no boot code, the primary header and
-    /// entries, the backup entries and header (and zeros over a backup header that
-    /// [`Table::relocate_backup`] moved away).
+    /// entries, the backup entries and header, and zeros over a backup header that
+    /// [`Table::relocate_backup`] moved away while no partition covers it (write once after
+    /// relocating and before growing into the new space to have it erased; a header left inside
+    /// a partition is only bytes in its file system's free space).
     pub fn encode(&self) -> Encoded {
         let ss = self.sector_size;
         let entry_size = self.entry_size as usize;
@@ -670,7 +673,9 @@ impl Table {
             regions.push((ss, primary_header));
             regions.push((self.primary_entries_lba * ss, padded.clone()));
         }
-        if let Some(stale) = self.stale_backup_lba {
+        // Never inside a partition: one grown over it may hold data by the time of a later write.
+        let covered = |lba: u64| self.entries.iter().flatten().any(|p| p.first_lba <= lba && lba <= p.last_lba);
+        if let Some(stale) = self.stale_backup_lba.filter(|lba| !covered(*lba)) {
             regions.push((stale * ss, vec![0u8; ss as usize]));
         }
         let mut backup = padded;
@@ -863,22 +868,23 @@ impl HeaderCopy {
     }
 }
 
-/// Reads and verifies the header at `lba` and its entry array. The outer error is I/O; the
-/// inner one says why this copy cannot be used.
-fn read_copy<D: FileExt>(dev: &D, g: Geometry, lba: u64) -> Result<Result<HeaderCopy, Flaw>, GptError> {
+/// Reads and verifies the header at `lba` and its entry array, or says why this copy cannot
+/// be used.
+fn read_copy<D: FileExt>(dev: &D, g: Geometry, lba: u64) -> Result<HeaderCopy, Flaw> {
     let ss = g.sector_size;
     let mut h = vec![0u8; ss as usize];
-    if !read_at(dev, &mut h, lba * ss, "reading a GPT header")? {
-        return Ok(Err(Flaw::Absent));
+    if !read_at(dev, &mut h, lba * ss, "reading the header")? {
+        return Err(Flaw::Absent);
     }
-    Ok(parse_copy(dev, g, lba, &h))
+    parse_copy(dev, g, lba, &h)
 }
 
-fn read_at<D: FileExt>(dev: &D, buf: &mut [u8], offset: u64, what: &'static str) -> Result<bool, GptError> {
+/// Fills `buf` from `offset`; `Ok(false)` when the device ends first.
+fn read_at<D: FileExt>(dev: &D, buf: &mut [u8], offset: u64, what: &'static str) -> Result<bool, Flaw> {
     match dev.read_exact_at(buf, offset) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-        Err(source) => Err(GptError::Io { what, offset, source }),
+        Err(e) => Err(Flaw::Invalid(format!("{what} at byte {offset}: {e}"))),
     }
 }
 
@@ -911,7 +917,7 @@ fn parse_copy<D: FileExt>(dev: &D, g: Geometry, lba: u64, h: &[u8]) -> Result<He
     let count = le32(h, 80) as u64;
     let entry_size = le32(h, 84);
     let entries_crc = le32(h, 88);
-    if entry_size < 128 || entry_size % 8 != 0 {
+    if entry_size < 128 || !entry_size.is_multiple_of(8) {
         return bad(format!("entry size {entry_size}"));
     }
     let array = count * entry_size as u64;
@@ -940,10 +946,8 @@ fn parse_copy<D: FileExt>(dev: &D, g: Geometry, lba: u64, h: &[u8]) -> Result<He
         ));
     }
     let mut raw = vec![0u8; array as usize];
-    match read_at(dev, &mut raw, entries_lba * g.sector_size, "reading GPT entries") {
-        Ok(true) => {}
-        Ok(false) => return bad(format!("entry array at LBA {entries_lba} is past the disk end")),
-        Err(e) => return bad(e.to_string()),
+    if !read_at(dev, &mut raw, entries_lba * g.sector_size, "reading the entry array")? {
+        return bad(format!("entry array at LBA {entries_lba} is past the disk end"));
     }
     if crc32(&raw) != entries_crc {
         return bad("entry array CRC mismatch".into());
@@ -1096,7 +1100,8 @@ mod tests {
     #[test]
     fn new_table_geometry() {
         // (size, sector size) -> (first usable, last usable, backup LBA) or too small
-        let cases: &[(u64, u64, Option<(u64, u64, u64)>)] = &[
+        type Case = (u64, u64, Option<(u64, u64, u64)>);
+        let cases: &[Case] = &[
             (100 * MIB, 512, Some((34, 204766, 204799))),
             (100 * MIB, 4096, Some((6, 25594, 25599))),
             (3 * MIB, 512, Some((34, 6110, 6143))),
@@ -1303,6 +1308,69 @@ mod tests {
         assert!(matches!(err, GptError::Shrunk { number: 2, .. }), "{err}");
     }
 
+    /// A disk in memory whose sectors in `bad` fail to read, as a failing disk's do.
+    struct Mem {
+        bytes: Vec<u8>,
+        bad: std::ops::Range<u64>,
+    }
+
+    impl FileExt for Mem {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            let end = offset + buf.len() as u64;
+            if offset < self.bad.end * 512 && self.bad.start * 512 < end {
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
+            let from = (offset as usize).min(self.bytes.len());
+            let n = buf.len().min(self.bytes.len() - from);
+            buf[..n].copy_from_slice(&self.bytes[from..from + n]);
+            Ok(n)
+        }
+        fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<usize> {
+            unreachable!("reading only")
+        }
+    }
+
+    fn on_disk(t: &Table, bad: std::ops::Range<u64>) -> Mem {
+        let mut bytes = vec![0u8; t.size_bytes() as usize];
+        let e = t.encode();
+        bytes[..512].copy_from_slice(&e.mbr);
+        for (at, b) in e.regions {
+            bytes[at as usize..at as usize + b.len()].copy_from_slice(&b);
+        }
+        Mem { bytes, bad }
+    }
+
+    #[test]
+    fn unreadable_sectors_count_as_a_damaged_copy() {
+        let t = table(10, &[(2048, 4095)]);
+        let last = t.backup_lba();
+        // (unreadable sectors, copy used, needs repair) or the error's text
+        type Case = (std::ops::Range<u64>, Result<(Source, bool), &'static str>);
+        let cases: &[Case] = &[
+            (0..0, Ok((Source::Primary, false))),
+            (1..2, Ok((Source::Backup, true))),
+            (10..11, Ok((Source::Backup, true))),
+            (last..last + 1, Ok((Source::Primary, true))),
+            (
+                1..last + 1,
+                Err("GPT damaged beyond use: primary header: reading the header at byte 512: \
+                     Input/output error (os error 5); backup header at LBA 20479: reading the header at \
+                     byte 10485248: Input/output error (os error 5)"),
+            ),
+        ];
+        for (bad, want) in cases {
+            let got = Table::read(&on_disk(&t, bad.clone()), t.size_bytes());
+            match want {
+                Ok(w) => {
+                    let r = got.unwrap().unwrap();
+                    assert_eq!((r.source(), r.needs_repair()), *w, "{bad:?}");
+                    assert_eq!(r.partitions(), t.partitions(), "{bad:?}");
+                }
+                Err(text) => assert_eq!(got.unwrap_err().to_string(), *text, "{bad:?}"),
+            }
+        }
+    }
+
     #[test]
     fn relocation_zeroes_the_old_backup_header_only_for_read_tables() {
         let mut t = table(100, &[]);
@@ -1316,5 +1384,8 @@ mod tests {
         assert_eq!(regions.len(), 3);
         assert_eq!(regions[1], ((100 * MIB / 512 - 1) * 512, vec![0u8; 512]));
         assert_eq!(regions[2].0 + 33 * 512, 200 * MIB);
+        // Once a partition grows over it, the old header is left alone.
+        t.add_partition("u-data", linux(), Guid::ZERO, MIB, 0, true).unwrap();
+        assert_eq!(t.encode().regions.len(), 2);
     }
 }
