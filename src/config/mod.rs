@@ -32,6 +32,7 @@ pub mod network;
 mod parse;
 pub mod patch;
 mod policy;
+mod reader;
 mod scalar;
 mod schema;
 mod schema_table;
