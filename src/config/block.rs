@@ -748,7 +748,7 @@ impl R<'_> {
         let size = path.key("minAllocationGroupSize");
         let min = self.parse(&size, |s| ByteSize::try_from(s))?;
         if min.is_some_and(|m| m.negative) {
-            return Err(self.invalid(&size, "a size of allocation groups cannot be negative"));
+            return Err(self.invalid(&size, "the minimum allocation group size cannot be negative"));
         }
         Ok(Some(XfsOptions { min_allocation_group_size: min.map(|m| m.bytes) }))
     }
@@ -1501,7 +1501,7 @@ mod tests {
             ),
             (
                 doc("VolumeConfig", "name: EPHEMERAL\nfilesystem:\n  xfs:\n    minAllocationGroupSize: -1GiB\n"),
-                "VolumeConfig EPHEMERAL: filesystem.xfs.minAllocationGroupSize: a size of allocation groups cannot be negative".into(),
+                "VolumeConfig EPHEMERAL: filesystem.xfs.minAllocationGroupSize: the minimum allocation group size cannot be negative".into(),
             ),
             (user("provisioning:\n  minSize: 1GiB\n"), "UserVolumeConfig data: provisioning.diskSelector.match: disk selector is required".into()),
             (
