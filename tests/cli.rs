@@ -95,3 +95,47 @@ fn machined_prints_the_controller_graph_of_each_mode() {
         assert!(dot.contains("\"MachineStatuses.runtime.talos.dev\" [shape=ellipse]"), "{dot}");
     }
 }
+
+#[test]
+fn talosctl_validate_checks_a_config_with_volume_documents() {
+    let dir = scratch("validate");
+    let base = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/config/testdata/talos/v1.15/base-worker.yaml"
+    ))
+    .unwrap();
+    let volumes = "---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nprovisioning:\n  diskSelector:\n    match: '!system_disk'\n  minSize: 10GiB\n  maxSize: 90%\nencryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n\
+                   ---\napiVersion: v1alpha1\nkind: RawVolumeConfig\nname: raw\nprovisioning:\n  diskSelector:\n    match: 'true'\n  maxSize: -1GiB\n\
+                   ---\napiVersion: v1alpha1\nkind: SwapVolumeConfig\nname: swap\nprovisioning:\n  diskSelector:\n    match: system_disk\n  maxSize: 2GiB\n";
+    let good = dir.join("good.yaml");
+    std::fs::write(&good, format!("{base}{volumes}")).unwrap();
+    let run = |file: &std::path::Path, extra: &[&str]| {
+        Command::new(bin()).args(["talosctl", "validate", "-m", "metal", "-c"]).arg(file).args(extra).output().unwrap()
+    };
+    let out = run(&good, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{} is valid for metal mode\n", good.display()));
+
+    // A warning passes, unless --strict.
+    let cache = dir.join("cache.yaml");
+    std::fs::write(&cache, format!("{base}---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: IMAGECACHE\n")).unwrap();
+    let out = run(&cache, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("WARNING: VolumeConfig IMAGECACHE: accepted and kept, not acted on"), "{}", text(&out));
+    let out = run(&cache, &["--strict"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, format!("{base}---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nprovisioning:\n  diskSelector:\n    match: 'true'\n  minSize: 10 parsecs\n")).unwrap();
+    let out = run(&bad, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("UserVolumeConfig data: provisioning.minSize: \"10 parsecs\" is not a size"),
+        "{}",
+        text(&out)
+    );
+    let out = Command::new(bin()).args(["talosctl", "validate", "-m", "moon", "-c"]).arg(&good).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).contains("unknown runtime mode: \"moon\""), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -11,11 +11,13 @@
 //!
 //! Where things live: `schema_table.rs` lists every kind's fields and types (Talos's facts),
 //! `policy.rs` says which fields are secrets, which are kept but not acted on, and which need a
-//! reboot (talosbox's decisions), `typed.rs` holds the typed view of the fields talosbox acts on.
+//! reboot (talosbox's decisions), `typed.rs`, `network.rs` and `block.rs` hold the typed views
+//! of the fields talosbox acts on (machine, network, volumes), reading through `reader.rs`.
 //! Every kind in the table already loads, patches and diffs; to act on one, add its typed view
 //! beside `typed.rs` (reading [`Document::value`]) and, if its group's defaults do not fit, its
 //! rules in `policy.rs`.
 
+pub mod block;
 mod check;
 pub mod diff;
 mod document;
@@ -32,6 +34,7 @@ pub mod network;
 mod parse;
 pub mod patch;
 mod policy;
+mod reader;
 mod scalar;
 mod schema;
 mod schema_table;
@@ -40,6 +43,7 @@ mod typed;
 mod validate;
 mod value;
 
+pub use block::BlockView;
 pub use diff::{Diff, diff, mode_details};
 pub use document::{Config, DocId, Document};
 pub use error::ConfigError;

@@ -15,8 +15,9 @@ use std::net::IpAddr;
 
 use super::ConfigError;
 use super::document::{Config, Document};
+use super::reader::R;
 use super::typed::{Hostname, TimeServer};
-use super::value::{Path, Value};
+use super::value::Path;
 
 /// An address with its prefix length, host bits kept (`192.168.1.2/24`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -341,82 +342,7 @@ impl NetworkView {
     }
 }
 
-/// Reads one document's fields, each error naming the document and the field.
-struct R<'a> {
-    doc: String,
-    root: &'a Value,
-}
-
-impl<'a> R<'a> {
-    fn of(doc: &'a Document) -> R<'a> {
-        R { doc: doc.id().label(), root: doc.value() }
-    }
-
-    fn invalid(&self, path: &Path, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid { doc: self.doc.clone(), path: path.to_string(), reason: reason.into() }
-    }
-
-    fn at(&self, path: &Path) -> Option<&'a Value> {
-        self.root.at(path).filter(|v| !v.is_null())
-    }
-
-    fn has(&self, path: &Path) -> bool {
-        self.at(path).is_some()
-    }
-
-    fn str(&self, path: &Path) -> Option<&'a str> {
-        self.at(path).and_then(Value::as_str).filter(|s| !s.is_empty())
-    }
-
-    fn string(&self, path: &Path) -> String {
-        self.str(path).unwrap_or_default().to_string()
-    }
-
-    fn opt_bool(&self, path: &Path) -> Option<bool> {
-        self.at(path).and_then(Value::as_bool)
-    }
-
-    fn bool(&self, path: &Path) -> bool {
-        self.opt_bool(path).unwrap_or(false)
-    }
-
-    fn list(&self, path: &Path) -> &'a [Value] {
-        self.at(path).and_then(Value::as_list).unwrap_or_default()
-    }
-
-    /// An integer that must fit `T`; `None` when absent.
-    fn int<T: TryFrom<i64>>(&self, path: &Path) -> Result<Option<T>, ConfigError> {
-        let Some(n) = self.at(path).and_then(Value::as_i64) else { return Ok(None) };
-        T::try_from(n).map(Some).map_err(|_| self.invalid(path, format!("{n} is out of range")))
-    }
-
-    fn parse<T>(&self, path: &Path, f: impl Fn(&str) -> Result<T, String>) -> Result<Option<T>, ConfigError> {
-        self.str(path).map(|s| f(s).map_err(|e| self.invalid(path, e))).transpose()
-    }
-
-    fn parse_list<T>(&self, path: &Path, f: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, ConfigError> {
-        let mut out = Vec::new();
-        for (i, v) in self.list(path).iter().enumerate() {
-            if let Some(s) = v.as_str() {
-                out.push(f(s).map_err(|e| self.invalid(&path.index(i), e))?);
-            }
-        }
-        Ok(out)
-    }
-
-    fn strings(&self, path: &Path) -> Vec<String> {
-        self.list(path).iter().filter_map(Value::as_str).map(str::to_string).collect()
-    }
-
-    /// A name out of `allowed`, or empty when absent.
-    fn choice(&self, path: &Path, allowed: &[&str]) -> Result<String, ConfigError> {
-        match self.str(path) {
-            None => Ok(String::new()),
-            Some(s) if allowed.contains(&s) => Ok(s.to_string()),
-            Some(s) => Err(self.invalid(path, format!("{s:?} is not one of {}", allowed.join(", ")))),
-        }
-    }
-
+impl R<'_> {
     fn selector(&self, path: &Path) -> Result<DeviceSelector, ConfigError> {
         let glob = |key: &str| self.str(&path.key(key)).map(str::to_string);
         Ok(DeviceSelector {

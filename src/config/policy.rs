@@ -105,6 +105,16 @@ const INERT: &[(&str, &str, &str)] = &[
     ("KubeSpanEndpointsConfig", "", KUBESPAN),
 ];
 
+/// Why talosbox keeps a system volume's `VolumeConfig` but does not act on it, if it does not.
+/// The kind is acted on (STATE, EPHEMERAL), so the rule is by document name, not by path.
+pub(crate) fn inert_system_volume(name: &str) -> Option<&'static str> {
+    match name {
+        "IMAGECACHE" | "CRI" => Some(CRI),
+        "ETCD" | "KUBELET" => Some(K8S),
+        _ => None,
+    }
+}
+
 /// When changes apply; the most specific matching rule wins, and anything no rule covers needs
 /// a reboot, so an unforeseen field fails safe. Inert fields are live: nothing acts on them.
 const EFFECTS: &[(&str, &str, Effect)] = &[

@@ -1,10 +1,12 @@
 //! Whether a loaded config makes sense for a talosbox node, as far as Talos's own validation
 //! applies here: a known machine type, a join token, a CA that fits the role, decodable PEM,
-//! sound SANs, hostname and endpoint. Errors name the field; advice comes back as warnings.
+//! sound SANs, hostname and endpoint, sound volume documents. Errors name the field; advice
+//! comes back as warnings.
 //! Checks only what the text says: the node's state (disks, links) is the API server's concern.
 
 use super::ConfigError;
 use super::document::Config;
+use super::policy::inert_system_volume;
 use super::typed::{Hostname, MachineType, MachineView};
 use super::value::{Path, Value};
 
@@ -33,6 +35,7 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
     // Every value the node acts on must parse, in either place it may be written.
     let view: MachineView = config.machine()?;
     config.network()?;
+    let block = config.block()?;
     if let Some(hostname_doc) = config.find("HostnameConfig", None)
         && let Some(name) = hostname_doc.value().get("hostname").and_then(Value::as_str)
     {
@@ -82,6 +85,11 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
     if v1.at(&Path::keys("machine.files")).and_then(Value::as_list).is_some_and(|f| !f.is_empty()) {
         warnings.push(".machine.files is deprecated; use dedicated configuration documents instead".into());
     }
+    for volume in &block.volumes {
+        if let Some(reason) = inert_system_volume(volume.name.as_str()) {
+            warnings.push(format!("VolumeConfig {}: accepted and kept, not acted on ({reason})", volume.name.as_str()));
+        }
+    }
     Ok(warnings)
 }
 
@@ -128,6 +136,39 @@ mod tests {
         let accepted_only =
             machine(&format!("  type: worker\n  token: abcdef.0123456789abcdef\n  acceptedCAs:\n    - crt: {CRT}\n"));
         assert_eq!(check(&accepted_only).unwrap(), Vec::<String>::new());
+    }
+
+    #[test]
+    fn volume_documents_are_validated_with_the_config() {
+        let (_, base) = crate::config::load::tests::TALOS_FIXTURES
+            .iter()
+            .find(|(name, _)| *name == "v1.15/base-worker.yaml")
+            .unwrap();
+        let doc = |kind: &str, body: &str| format!("---\napiVersion: v1alpha1\nkind: {kind}\n{body}");
+        let volumes = [
+            doc("VolumeConfig", "name: STATE\nencryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      tpm: {}\n"),
+            doc("VolumeConfig", "name: IMAGECACHE\n"),
+            doc("VolumeConfig", "name: ETCD\nprovisioning:\n  maxSize: 10GiB\n"),
+            doc("UserVolumeConfig", "name: data\nprovisioning:\n  diskSelector:\n    match: '!system_disk'\n  minSize: 10GiB\n  maxSize: 90%\n"),
+            doc("RawVolumeConfig", "name: raw\nprovisioning:\n  diskSelector:\n    match: 'true'\n  maxSize: -1GiB\n"),
+            doc("ExistingVolumeConfig", "name: old\ndiscovery:\n  volumeSelector:\n    match: volume.label == \"old\"\n"),
+            doc("SwapVolumeConfig", "name: swap\nprovisioning:\n  diskSelector:\n    match: system_disk\n  maxSize: 2GiB\n"),
+        ]
+        .concat();
+        // The fixture's own `VolumeConfig EPHEMERAL` stays; STATE, IMAGECACHE and ETCD join it.
+        let text = format!("{base}{volumes}");
+        assert_eq!(
+            check(&text).unwrap(),
+            [
+                "VolumeConfig IMAGECACHE: accepted and kept, not acted on (containers are out of scope)",
+                "VolumeConfig ETCD: accepted and kept, not acted on (Kubernetes and etcd are out of scope)",
+            ]
+        );
+        let bad = format!("{base}{}", doc("UserVolumeConfig", "name: data\nvolumeType: disk\n"));
+        assert_eq!(
+            check(&bad).unwrap_err(),
+            "UserVolumeConfig data: provisioning.diskSelector.match: disk selector is required"
+        );
     }
 
     #[test]

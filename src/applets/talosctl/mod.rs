@@ -10,6 +10,7 @@ mod generate;
 mod get;
 mod node;
 mod output;
+mod validate;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -120,6 +121,8 @@ enum Command {
         #[command(subcommand)]
         command: cluster::ClusterCommand,
     },
+    /// Validate a machine config file (no node is contacted).
+    Validate(validate::ValidateArgs),
     /// Print a shell completion script.
     Completion {
         /// bash, zsh, fish, elvish or powershell.
@@ -157,6 +160,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Cluster { command } => command.run(&cli),
         Command::Gen { command } => command.run(),
         Command::Config { command } => configcmd::run(&cli, command),
+        Command::Validate(args) => validate::run(&args),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());
             ExitCode::SUCCESS

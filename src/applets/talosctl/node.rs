@@ -208,9 +208,11 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         Command::Events(a) => events(cli, &a),
         Command::Health(a) => health(cli, &a),
         Command::Time(a) => time(cli, &a),
-        Command::Cluster { .. } | Command::Gen { .. } | Command::Config { .. } | Command::Completion { .. } => {
-            ExitCode::FAILURE
-        }
+        Command::Cluster { .. }
+        | Command::Gen { .. }
+        | Command::Config { .. }
+        | Command::Validate(_)
+        | Command::Completion { .. } => ExitCode::FAILURE,
     }
 }
 
