@@ -85,13 +85,14 @@ fn discover(dev: &Path, sys_block: &Path, job: &Job) -> DiscoveredVolume {
         v.filesystem_block_size = found.filesystem_block_size;
         v.probed_size = found.probed_size;
     }
-    if job.device.kind == "partition" && job.device.partition_number > 0 {
-        if let Some(entry) = partition_entry(&dev.join(&job.device.parent), job.device.partition_number) {
-            v.partition_index = job.device.partition_number;
-            v.partition_label = entry.label;
-            v.partition_type = entry.type_guid;
-            v.partition_uuid = entry.guid;
-        }
+    if job.device.kind == "partition"
+        && job.device.partition_number > 0
+        && let Some(entry) = partition_entry(&dev.join(&job.device.parent), job.device.partition_number)
+    {
+        v.partition_index = job.device.partition_number;
+        v.partition_label = entry.label;
+        v.partition_type = entry.type_guid;
+        v.partition_uuid = entry.guid;
     }
     v
 }

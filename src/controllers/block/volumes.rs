@@ -351,7 +351,7 @@ mod tests {
             c.provisioning.partition_spec.grow = grow;
             c
         };
-        let mut vols = vec![
+        let mut vols = [
             ("u-data", vc(0, false)),
             ("EPHEMERAL", vc(-1, true)),
             ("STATE", vc(-1, false)),
