@@ -351,12 +351,8 @@ mod tests {
             c.provisioning.partition_spec.grow = grow;
             c
         };
-        let mut vols = [
-            ("u-data", vc(0, false)),
-            ("EPHEMERAL", vc(-1, true)),
-            ("STATE", vc(-1, false)),
-            ("META", vc(-1, false)),
-        ];
+        let mut vols =
+            [("u-data", vc(0, false)), ("EPHEMERAL", vc(-1, true)), ("STATE", vc(-1, false)), ("META", vc(-1, false))];
         vols.sort_by(|a, b| order_key(a.0, &a.1).cmp(&order_key(b.0, &b.1)));
         let ids: Vec<_> = vols.iter().map(|v| v.0).collect();
         assert_eq!(ids, ["META", "STATE", "EPHEMERAL", "u-data"]);
