@@ -216,7 +216,10 @@ fn three_nodes_are_configured_and_driven_through_the_api() {
     assert!(ctl.fails(&["version", "--insecure"]).contains(CP));
     let status = ctl.ok(&["get", "machinestatus"]);
     assert!(status.contains("running"), "{status}");
-    let yaml = ctl.ok(&["get", "ms", "-o", "yaml"]);
+    let yaml = ctl.ok(&["get", "machinestatuses", "-o", "yaml"]);
+    // Two types share the abbreviation `ms` (MachineStatuses, MountStatuses): it names neither.
+    let ambiguous = ctl.fails(&["get", "ms"]);
+    assert!(ambiguous.contains("MachineStatuses") && ambiguous.contains("MountStatuses"), "{ambiguous}");
     assert!(yaml.contains("type: MachineStatuses.runtime.talos.dev") && yaml.contains("stage: running"), "{yaml}");
     let rd = ctl.ok(&["get", "rd"]);
     assert!(rd.contains("machinestatuses.runtime.talos.dev"), "{rd}");
