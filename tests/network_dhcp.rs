@@ -358,7 +358,11 @@ async fn dhcp6_gets_an_ia_na_address_and_dns_renews_at_t1_and_releases_on_stop()
 
     // Renewal at T1: dnsmasq's shortest lease is 2 minutes and it sets T1 to half of it, so
     // the client RENEWs to the server that granted the lease after a minute, and keeps it.
-    let renewed = status6_until(&operator, "a renewed lease", Duration::from_secs(100), |s| s.replies >= 2).await;
+    // The status is published as each step lands: the second reply may be counted while the
+    // state still says renewing, so wait for both.
+    let renewed =
+        status6_until(&operator, "a renewed lease", Duration::from_secs(100), |s| s.replies >= 2 && s.state == "bound")
+            .await;
     assert_eq!((renewed.state, renewed.address.map(IpAddr::V6)), ("bound", Some(address.addr())));
     dnsmasq.logged("DHCPRENEW(b)", 1).await;
     dnsmasq.logged("DHCPREPLY(b)", 2).await;
