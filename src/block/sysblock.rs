@@ -19,7 +19,8 @@ fn read(path: &Path) -> Option<String> {
     std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
 }
 
-fn read_u64(path: &Path) -> Option<u64> {
+/// A sysfs attribute as a number.
+pub(crate) fn read_u64(path: &Path) -> Option<u64> {
     read(path)?.parse().ok()
 }
 

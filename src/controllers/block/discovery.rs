@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::block::sysblock::read_u64;
 use crate::block::{gpt, probe};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::resources::block::{
@@ -44,10 +45,6 @@ impl Default for DiscoveryController {
 struct Job {
     name: String,
     device: BlockDevice,
-}
-
-fn read_u64(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Probes one device (and, for a partition, reads its entry from the disk's table).

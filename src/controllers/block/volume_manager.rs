@@ -35,7 +35,7 @@ const DEVICE_NODE_WAIT: Duration = Duration::from_secs(1);
 const MAX_STEPS: usize = 8;
 
 pub struct VolumeManagerController {
-    reaper: Option<Arc<Reaper>>,
+    reaper: Arc<Reaper>,
     /// Programs (mkfs) are found under this root; `/` on a node.
     root: String,
     /// Device nodes are under this directory; `/dev` on a node.
@@ -49,22 +49,12 @@ impl VolumeManagerController {
     /// Spawns formatters through `reaper` (machined reaps every child; nothing else may wait).
     pub fn new(reaper: Arc<Reaper>) -> Self {
         VolumeManagerController {
-            reaper: Some(reaper),
+            reaper,
             root: "/".to_string(),
             dev: PathBuf::from("/dev"),
             failed_at: HashMap::new(),
             refresh: 0,
             compiled: HashMap::new(),
-        }
-    }
-
-    /// For tests: programs under `root`, children waited for directly.
-    pub fn for_test(root: &str, dev: PathBuf) -> Self {
-        VolumeManagerController {
-            reaper: None,
-            root: root.to_string(),
-            dev,
-            ..Self::new(Reaper::new(crate::services::ReapMode::Own))
         }
     }
 
@@ -295,12 +285,10 @@ impl VolumeManagerController {
             StepError::failed(format!("disk selector {:?}: {e}", config.provisioning.disk_selector.expression))
         })?;
         // What each disk has free, read from its partition table now.
-        let names: Vec<(String, u64)> = world.disks.iter().map(|(n, d)| (n.clone(), d.size)).collect();
+        let names: Vec<String> = world.disks.iter().map(|(n, _)| n.clone()).collect();
         let dev = self.dev.clone();
         let free: Vec<Result<FreeSpace, String>> = ctx
-            .blocking("reading partition tables", move || {
-                names.iter().map(|(n, size)| disk_free_space(&dev.join(n), *size)).collect()
-            })
+            .blocking("reading partition tables", move || names.iter().map(|n| disk_free_space(&dev.join(n))).collect())
             .await?;
         let candidates: Vec<DiskCandidate<'_>> = world
             .disks
@@ -332,17 +320,17 @@ impl VolumeManagerController {
             .map_err(|e| StepError::failed(format!("provisioning on {disk}: {e}")))?;
         crate::kernel::console::line(&format!(
             "volume {id}: made partition {} of {disk} ({})",
-            placed.index,
+            placed.number,
             pretty_size(placed.size)
         ));
         self.refresh += 1;
         world.discovery_settled = false;
-        let name = partition_name(&disk, placed.index);
+        let name = partition_name(&disk, placed.number);
         Ok(VolumeStatus {
             location: self.dev.join(&name).display().to_string(),
             parent_location: self.dev.join(&disk).display().to_string(),
-            partition_index: placed.index,
-            partition_uuid: placed.guid.clone(),
+            partition_index: placed.number,
+            partition_uuid: placed.partition.guid.to_string(),
             size: placed.size,
             pretty_size: pretty_size(placed.size),
             disk_matches: selection.matches,
@@ -419,7 +407,7 @@ impl VolumeManagerController {
 }
 
 /// Runs a formatter to its end; its stderr, if it fails, is the error.
-async fn run(reaper: Option<Arc<Reaper>>, cmd: &format::MkfsCommand) -> Result<(), String> {
+async fn run(reaper: Arc<Reaper>, cmd: &format::MkfsCommand) -> Result<(), String> {
     let name = cmd.program.display().to_string();
     let log = tempfile_path(&name);
     let stderr = std::fs::File::create(&log).map_err(|e| format!("{name}: creating {}: {e}", log.display()))?;
@@ -431,20 +419,9 @@ async fn run(reaper: Option<Arc<Reaper>>, cmd: &format::MkfsCommand) -> Result<(
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(stderr);
-    let exit = match reaper {
-        Some(reaper) => {
-            let (_pid, done) = reaper.spawn(&mut command).map_err(|e| format!("starting {name}: {e}"))?;
-            let exit = done.await.map_err(|_| format!("{name}: lost its exit status"))?;
-            if exit.success() { Ok(()) } else { Err(exit.to_string()) }
-        }
-        None => {
-            let status = tokio::task::spawn_blocking(move || command.status())
-                .await
-                .map_err(|e| format!("{name}: {e}"))?
-                .map_err(|e| format!("starting {name}: {e}"))?;
-            if status.success() { Ok(()) } else { Err(status.to_string()) }
-        }
-    };
+    let (_pid, done) = reaper.spawn(&mut command).map_err(|e| format!("starting {name}: {e}"))?;
+    let exit = done.await.map_err(|_| format!("{name}: lost its exit status"))?;
+    let exit = if exit.success() { Ok(()) } else { Err(exit.to_string()) };
     let said = std::fs::read_to_string(&log).unwrap_or_default();
     let _ = std::fs::remove_file(&log);
     exit.map_err(|e| format!("{name} {e}: {}", said.trim()))
@@ -453,14 +430,6 @@ async fn run(reaper: Option<Arc<Reaper>>, cmd: &format::MkfsCommand) -> Result<(
 fn tempfile_path(program: &str) -> PathBuf {
     let base = program.rsplit('/').next().unwrap_or("mkfs");
     std::env::temp_dir().join(format!("{base}.{}.log", std::process::id()))
-}
-
-/// A partition just made.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Placed {
-    pub index: u32,
-    pub size: u64,
-    pub guid: String,
 }
 
 /// The disk's partition table as it is to be written: read (following a disk that grew), or
@@ -484,7 +453,7 @@ fn table_of(dev: &KernelDisk) -> Result<gpt::Table, String> {
 }
 
 /// What a disk has free for a new partition, or why it cannot get one.
-fn disk_free_space(disk: &Path, _size: u64) -> Result<FreeSpace, String> {
+fn disk_free_space(disk: &Path) -> Result<FreeSpace, String> {
     let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
     let table = table_of(&dev)?;
     let ss = table.sector_size();
@@ -494,7 +463,7 @@ fn disk_free_space(disk: &Path, _size: u64) -> Result<FreeSpace, String> {
 
 /// Adds the partition, writes the table, and tells the kernel. A partition of the same label
 /// already on the disk is never made twice: the volume waits for discovery to see it.
-fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: u64) -> Result<Placed, String> {
+fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: u64) -> Result<gpt::Placed, String> {
     let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
     let mut table = table_of(&dev)?;
     if let Some(existing) = table.partitions().into_iter().find(|p| p.partition.name == label) {
@@ -510,7 +479,7 @@ fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: 
         .map_err(|e| e.to_string())?;
     table.write(dev.file()).map_err(|e| e.to_string())?;
     dev.add_partition(placed.number, placed.offset, placed.size).map_err(|e| e.to_string())?;
-    Ok(Placed { index: placed.number, size: placed.size, guid: placed.partition.guid.to_string() })
+    Ok(placed)
 }
 
 /// Grows partition `index` into the free space after it (up to `max`), moving the backup
