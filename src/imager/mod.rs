@@ -4,8 +4,8 @@
 //! It is build-time code and drives host tools where no library does the job: mksquashfs
 //! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
 //! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
-//! images), apt/dpkg (the Debian kernel) and ldd (a dynamic binary's libraries). The cpio
-//! archive, the UKI, the GPT and GRUB's boot sector patching are written here in Rust.
+//! images) and apt/dpkg (the Debian kernel). The cpio archive, the UKI, the GPT, GRUB's boot
+//! sector patching and a dynamic binary's shared-library closure are done here in Rust.
 //! Every artifact must be bit-identical across builds: nothing may read the clock, random
 //! sources or the output path into an artifact; every time is the profile's epoch and every
 //! GUID/volume id is derived from it.
@@ -87,6 +87,8 @@ pub enum ImagerError {
     Grub(#[from] grub::GrubError),
     #[error("{what} {}: {source}", path.display())]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("carrying {} in the rootfs: the imager puts its own file there", path.display())]
+    Collision { path: PathBuf },
     #[error("work path {} contains whitespace, which mkfs.xfs protofiles cannot express", path.display())]
     Whitespace { path: PathBuf },
     #[error("--initramfs {}: neither a cpio archive nor zstd, xz, lz4 or gzip", path.display())]
@@ -185,22 +187,18 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     progress.step(&format!("kernel: release {}", kernel.release));
 
     let binary = std::fs::read(&opts.binary).map_err(io("reading binary", &opts.binary))?;
-    let libs = match elf::interpreter(&opts.binary, &binary)? {
-        None => {
-            progress.step(&format!("binary: {} is static", opts.binary.display()));
-            Vec::new()
-        }
-        Some(interp) => {
-            host::require(&[host::LDD], &[])?;
-            let libs = elf::libraries(&opts.binary)?;
-            progress.step(&format!(
-                "binary: {} is dynamic (interpreter {interp}); carrying its {} shared libraries in rootfs and initramfs",
-                opts.binary.display(),
-                libs.len()
-            ));
-            libs
-        }
-    };
+    // What the binary needs to run (nothing when static), in the initramfs and the rootfs.
+    let mut needs = elf::Closure::default();
+    needs.add_dependencies(&opts.binary, &binary)?;
+    if needs.is_empty() {
+        progress.step(&format!("binary: {} is static", opts.binary.display()));
+    } else {
+        progress.step(&format!(
+            "binary: {} is dynamic; carrying its loader and shared libraries ({} paths) in rootfs and initramfs",
+            opts.binary.display(),
+            needs.len()
+        ));
+    }
 
     let (initramfs_name, initramfs) = match &opts.initramfs {
         Some(given) => {
@@ -218,7 +216,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
         None => {
             let name = profile.initramfs_compression.initramfs_name();
             remove_stale_initramfs(out, name)?;
-            build_root(&work, out, &binary, &libs, &kernel, &profile, progress)?;
+            build_root(&work, out, &binary, &needs, &kernel, &profile, progress)?;
             (name, out.join(name))
         }
     };
@@ -268,7 +266,7 @@ fn build_root(
     work: &Path,
     out: &Path,
     binary: &[u8],
-    libs: &[PathBuf],
+    needs: &elf::Closure,
     kernel: &kernel::Kernel,
     profile: &Profile,
     progress: &Progress,
@@ -279,27 +277,27 @@ fn build_root(
         kernel::boot_selection(dep, alias, builtin, &profile.modules, &kernel.release)
     })?;
     let rootfs_stage = work.join("rootfs");
-    let carried = stage_modules(kernel, &rootfs_stage, |dep, alias, builtin| {
+    let modules = stage_modules(kernel, &rootfs_stage, |dep, alias, builtin| {
         kernel::rootfs_selection(dep, alias, builtin, &profile.modules, &kernel.release)
     })?;
     progress.step(&format!(
         "modules: initramfs {} files (init loads {}); rootfs {} files (machined loads {} and {} for present devices; built in: {})",
         boot.files.len(),
         boot.load.join(" "),
-        carried.files.len(),
-        if carried.load.is_empty() { "none".to_string() } else { carried.load.join(" ") },
-        carried.by_alias.len(),
-        if carried.builtin.is_empty() { "none".to_string() } else { carried.builtin.join(" ") }
+        modules.files.len(),
+        if modules.load.is_empty() { "none".to_string() } else { modules.load.join(" ") },
+        modules.by_alias.len(),
+        if modules.builtin.is_empty() { "none".to_string() } else { modules.builtin.join(" ") }
     ));
 
     progress.step(&format!("rootfs.sqsh: staging and running mksquashfs ({:?})", profile.rootfs_compression));
     let rootfs = out.join("rootfs.sqsh");
-    stage_rootfs(&rootfs_stage, binary, libs, &carried.load, profile.network.as_deref())?;
+    stage_rootfs(&rootfs_stage, binary, needs, &modules.load, profile.network.as_deref())?;
     mksquashfs(&rootfs_stage, &rootfs, profile.source_date_epoch, profile.rootfs_compression)?;
 
     let name = profile.initramfs_compression.initramfs_name();
     progress.step(&format!("{name}: writing cpio and compressing ({:?})", profile.initramfs_compression));
-    write_initramfs(work, &out.join(name), binary, libs, &rootfs, &boot_stage, &boot.load, profile)
+    write_initramfs(work, &out.join(name), binary, needs, &rootfs, &boot_stage, &boot.load, profile)
 }
 
 /// SHA-256 of a file, lowercase hex.
@@ -345,12 +343,13 @@ pub fn os_release() -> String {
 }
 
 /// The rootfs: the binary as `/sbin/init` and its names, os-release, the modules machined
-/// loads at start (`load`), the profile's network documents, and a dynamic binary's
-/// libraries. The module tree is already staged under `lib/modules`.
+/// loads at start (`load`), the profile's network documents, and the host files `carried`
+/// (programs, their data, loader and libraries) at their own paths. The module tree is
+/// already staged under `lib/modules`.
 fn stage_rootfs(
     stage: &Path,
     binary: &[u8],
-    libs: &[PathBuf],
+    carried: &elf::Closure,
     load: &[String],
     network: Option<&str>,
 ) -> Result<(), ImagerError> {
@@ -372,11 +371,32 @@ fn stage_rootfs(
     if let Some(network) = network {
         write_file(&stage.join(IMAGE_NETWORK_CONFIG), network.as_bytes(), 0o644)?;
     }
-    for lib in libs {
-        let data = std::fs::read(lib).map_err(io("reading shared library", lib))?;
-        write_file(&stage.join(lib.strip_prefix("/").unwrap_or(lib)), &data, 0o755)?;
+    for (path, how) in carried.entries() {
+        let dst = stage.join(path.strip_prefix("/").unwrap_or(path));
+        if dst.symlink_metadata().is_ok() {
+            return Err(ImagerError::Collision { path: path.to_path_buf() });
+        }
+        match how {
+            elf::Carried::File => {
+                let data = std::fs::read(path).map_err(io("reading carried file", path))?;
+                write_file(&dst, &data, carried_mode(path)?)?;
+            }
+            elf::Carried::Symlink(target) => {
+                if let Some(parent) = dst.parent() {
+                    mkdir(parent)?;
+                }
+                std::os::unix::fs::symlink(target, &dst).map_err(io("linking", &dst))?;
+            }
+        }
     }
     Ok(())
+}
+
+/// 0755 for a host file anyone may execute, 0644 otherwise: the host's umask and any
+/// write bits never reach the image.
+fn carried_mode(path: &Path) -> Result<u32, ImagerError> {
+    let mode = std::fs::metadata(path).map_err(io("reading carried file", path))?.permissions().mode();
+    Ok(if mode & 0o111 != 0 { 0o755 } else { 0o644 })
 }
 
 /// `/etc/talosbox/modules`: one name per line.
@@ -472,7 +492,7 @@ fn write_initramfs(
     work: &Path,
     out: &Path,
     binary: &[u8],
-    libs: &[PathBuf],
+    needs: &elf::Closure,
     rootfs: &Path,
     modules_stage: &Path,
     load: &[String],
@@ -488,9 +508,15 @@ fn write_initramfs(
     }
     // The kernel opens /dev/console for /init's stdio before anything mounts devtmpfs.
     a.add("dev/console", cpio::Entry { mode: 0o600, kind: cpio::Kind::CharDev(5, 1) })?;
-    for lib in libs {
-        let rel = lib.strip_prefix("/").unwrap_or(lib).to_string_lossy().into_owned();
-        a.file(&rel, 0o755, std::fs::read(lib).map_err(io("reading shared library", lib))?)?;
+    for (path, how) in needs.entries() {
+        let rel = path.strip_prefix("/").unwrap_or(path).to_string_lossy().into_owned();
+        match how {
+            elf::Carried::File => {
+                let data = std::fs::read(path).map_err(io("reading shared library", path))?;
+                a.file(&rel, carried_mode(path)?, data)?;
+            }
+            elf::Carried::Symlink(target) => a.symlink(&rel, &target.to_string_lossy())?,
+        }
     }
     let cpio_path = work.join("initramfs.cpio");
     std::fs::write(&cpio_path, a.encode(p.source_date_epoch)?).map_err(io("writing", &cpio_path))?;
