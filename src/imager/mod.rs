@@ -4,8 +4,9 @@
 //! It is build-time code and drives host tools where no library does the job: mksquashfs
 //! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
 //! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
-//! images) and apt/dpkg (the Debian kernel). The cpio archive, the UKI, the GPT, GRUB's boot
-//! sector patching and a dynamic binary's shared-library closure are done here in Rust.
+//! images), apt/dpkg (the Debian kernel) and dpkg-query (the packages of the host programs the
+//! rootfs carries). The cpio archive, the UKI, the GPT, GRUB's boot sector patching and the
+//! shared-library closure of a carried program are done here in Rust.
 //! Every artifact must be bit-identical across builds: nothing may read the clock, random
 //! sources or the output path into an artifact; every time is the profile's epoch and every
 //! GUID/volume id is derived from it.
@@ -16,6 +17,7 @@ pub mod gpt;
 pub mod grub;
 pub mod host;
 pub mod kernel;
+pub mod packages;
 pub mod profile;
 pub mod uki;
 
@@ -40,7 +42,8 @@ pub const LINUX_DATA_TYPE: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
 
 /// Artifact names, in SHA256SUMS order, for an initramfs named `initramfs`.
 pub fn artifact_names(initramfs: &str) -> Vec<&str> {
-    let mut names = vec!["disk.raw", initramfs, "kernel-version", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+    let mut names =
+        vec!["disk.raw", initramfs, "kernel-version", "rootfs-packages", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
     names.sort_unstable();
     names
 }
@@ -85,6 +88,8 @@ pub enum ImagerError {
     Gpt(#[from] gpt::GptError),
     #[error("installing GRUB into disk.raw: {0}")]
     Grub(#[from] grub::GrubError),
+    #[error("writing rootfs-packages: {0}")]
+    Packages(#[from] packages::PackagesError),
     #[error("{what} {}: {source}", path.display())]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
     #[error("carrying {} in the rootfs: the imager puts its own file there", path.display())]
@@ -206,9 +211,11 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
             let name = initramfs_name_of(&data).ok_or_else(|| ImagerError::UnknownInitramfs { path: given.clone() })?;
             progress.step(&format!("{name}: carrying {} as it is; no rootfs", given.display()));
             remove_stale_initramfs(out, name)?;
-            let rootfs = out.join("rootfs.sqsh");
-            if rootfs.exists() {
-                std::fs::remove_file(&rootfs).map_err(io("removing", &rootfs))?;
+            for stale in ["rootfs.sqsh", "rootfs-packages"] {
+                let path = out.join(stale);
+                if path.exists() {
+                    std::fs::remove_file(&path).map_err(io("removing", &path))?;
+                }
             }
             write_file(&out.join(name), &data, 0o644)?;
             (name, out.join(name))
@@ -238,7 +245,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     let mut report = Vec::new();
     let names: Vec<&str> = artifact_names(initramfs_name)
         .into_iter()
-        .filter(|n| opts.initramfs.is_none() || *n != "rootfs.sqsh")
+        .filter(|n| opts.initramfs.is_none() || !n.starts_with("rootfs"))
         .collect();
     for name in names {
         let path = out.join(name);
@@ -261,7 +268,8 @@ fn remove_stale_initramfs(out: &Path, keep: &str) -> Result<(), ImagerError> {
     Ok(())
 }
 
-/// The rootfs and the initramfs that carries it, with their modules.
+/// The rootfs and the initramfs that carries it, with their modules, and the
+/// `rootfs-packages` list of the host files the rootfs carries.
 fn build_root(
     work: &Path,
     out: &Path,
@@ -271,6 +279,25 @@ fn build_root(
     profile: &Profile,
     progress: &Progress,
 ) -> Result<(), ImagerError> {
+    let mut carried = needs.clone();
+    for path in profile.programs.iter().chain(&profile.program_files) {
+        carried.add(path)?;
+    }
+    let manifest = if carried.is_empty() {
+        String::new()
+    } else {
+        host::require(&[host::DPKG_QUERY], &[])?;
+        packages::manifest(&carried, &|p| sha256_file(p))?
+    };
+    progress.step(&format!(
+        "rootfs: carrying {} programs and {} data files with their loader and libraries: {} host paths from {} packages",
+        profile.programs.len(),
+        profile.program_files.len(),
+        carried.len(),
+        manifest.lines().filter(|l| l.starts_with("package: ")).count()
+    ));
+    std::fs::write(out.join("rootfs-packages"), &manifest).map_err(io("writing rootfs-packages in", out))?;
+
     progress.step("modules: choosing the initramfs's and the rootfs's, running depmod");
     let boot_stage = work.join("boot-modules");
     let boot = stage_modules(kernel, &boot_stage, |dep, alias, builtin| {
@@ -292,7 +319,7 @@ fn build_root(
 
     progress.step(&format!("rootfs.sqsh: staging and running mksquashfs ({:?})", profile.rootfs_compression));
     let rootfs = out.join("rootfs.sqsh");
-    stage_rootfs(&rootfs_stage, binary, needs, &modules.load, profile.network.as_deref())?;
+    stage_rootfs(&rootfs_stage, binary, &carried, &modules.load, profile.network.as_deref())?;
     mksquashfs(&rootfs_stage, &rootfs, profile.source_date_epoch, profile.rootfs_compression)?;
 
     let name = profile.initramfs_compression.initramfs_name();
