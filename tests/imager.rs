@@ -1,7 +1,9 @@
 //! The imager end to end, with the real Debian cloud kernel: builds the image set twice in
 //! two directories and checks that every artifact is bit-identical, inspects the artifacts
 //! with independent tools (sgdisk, xfs_repair, fsck.fat, unsquashfs, cpio, lz4, objdump),
-//! and builds once more from a kernel and module tree given by path with a dynamic binary.
+//! runs the mkfs programs the rootfs carries in a chroot of it (as root) and checks what they
+//! made with the host's xfs_repair and fsck.ext4, and builds once more from a kernel and module
+//! tree given by path with a dynamic binary.
 //! Booting each path is `tests/vm/boot-paths`'s job, on the same artifacts.
 //!
 //! The images are built by the release static binary `tests/run` makes
@@ -14,7 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-const ARTIFACTS: &[&str] = &["disk.raw", "initramfs.lz4", "kernel-version", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+const ARTIFACTS: &[&str] =
+    &["disk.raw", "initramfs.lz4", "kernel-version", "rootfs-packages", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+
+/// The programs images/qemu.yaml carries, as the node runs them, and the file each one is.
+const PROGRAMS: &[(&str, &str)] =
+    &[("/usr/sbin/mkfs.xfs", "/usr/sbin/mkfs.xfs"), ("/usr/sbin/mkfs.ext4", "/usr/sbin/mke2fs")];
 
 fn talosbox() -> PathBuf {
     std::env::var_os("TALOSBOX_STATIC_BIN").map(PathBuf::from).unwrap_or_else(|| env!("CARGO_BIN_EXE_talosbox").into())
@@ -119,6 +126,8 @@ fn imager_builds_reproducible_bootable_artifacts() {
     let start_list = sh(&format!("unsquashfs -cat {} etc/talosbox/modules", rootfs.display()));
     assert_eq!(start_list, "virtio-rng\nbutton\nevdev\n");
 
+    carried_programs(&base, &rootfs, &std::fs::read_to_string(a.join("rootfs-packages")).unwrap());
+
     // The initramfs (lz4, the legacy frame the kernel reads) holds /init, the rootfs, and only the
     // modules that mount it.
     let entries = sh(&format!("lz4 -dc {} | cpio -t --quiet", a.join("initramfs.lz4").display()));
@@ -189,4 +198,79 @@ fn imager_builds_reproducible_bootable_artifacts() {
     assert!(dep_c.contains("kernel/fs/xfs/xfs.ko.xz: kernel/lib/libcrc32c.ko"), "depmod did not index it:\n{dep_c}");
 
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// The mkfs programs the rootfs carries: there with their mke2fs.conf, every library the host's
+/// loader resolves for them (`ldd`, an independent reading) and the loader; their packages in
+/// rootfs-packages at the host's versions; and, in a chroot of the extracted rootfs (so nothing
+/// of the host's can be loaded), they run and make filesystems the host's checkers accept.
+fn carried_programs(base: &Path, rootfs: &Path, manifest: &str) {
+    let listing = sh(&format!("unsquashfs -l {}", rootfs.display()));
+    let has = |path: &str| listing.lines().any(|l| l == format!("squashfs-root{path}"));
+    for path in ["/lib64/ld-linux-x86-64.so.2", "/etc/mke2fs.conf"] {
+        assert!(has(path), "unsquashfs -l lacks {path}:\n{listing}");
+    }
+    for (program, file) in PROGRAMS {
+        assert!(has(program) && has(file), "unsquashfs -l lacks {program} or {file}:\n{listing}");
+        let ldd = sh(&format!("ldd {file}"));
+        let sonames: Vec<&str> =
+            ldd.lines().filter_map(|l| l.split_once(" => ").map(|(soname, _)| soname.trim())).collect();
+        assert!(sonames.contains(&"libc.so.6"), "ldd {file}:\n{ldd}");
+        for soname in sonames {
+            let found =
+                ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"].iter().any(|d| has(&format!("{d}/{soname}")));
+            assert!(found, "{file} needs {soname}, which the rootfs lacks:\n{listing}");
+        }
+    }
+    let long = sh(&format!("unsquashfs -ll {}", rootfs.display()));
+    assert!(long.lines().any(|l| l.ends_with("squashfs-root/usr/sbin/mkfs.ext4 -> mke2fs")), "{long}");
+
+    for package in ["xfsprogs", "e2fsprogs", "libc6"] {
+        let version = sh(&format!("dpkg-query -W -f '${{Version}}' {package}"));
+        let want = [format!("package: {package} {version}"), format!("package: {package}:amd64 {version}")];
+        assert!(manifest.lines().any(|l| want.iter().any(|w| l == w)), "rootfs-packages lacks {want:?}:\n{manifest}");
+    }
+    for (program, _) in PROGRAMS {
+        assert!(
+            manifest.lines().any(|l| l.contains(&format!(" {program} "))),
+            "rootfs-packages lacks {program}:\n{manifest}"
+        );
+    }
+
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "running the carried programs needs root (chroot); run the imager tests as root as CI does"
+    );
+    let root = base.join("rootfs-root");
+    sh(&format!("unsquashfs -q -d {} {}", root.display(), rootfs.display()));
+    for name in ["xfs.img", "ext4.img"] {
+        sh(&format!("truncate -s 300M {}/tmp/{name}", root.display()));
+    }
+    // In a mount namespace of its own (gone with the process, even on failure), with /proc
+    // mounted as on a node, and an empty environment: nothing of the host's reaches them.
+    let script = format!(
+        "set -e; mount -t proc proc {r}/proc; c=$(command -v chroot); \
+         env -i $c {r} /usr/sbin/mkfs.xfs -V; \
+         env -i $c {r} /usr/sbin/mkfs.xfs -q -f -L XFSTEST /tmp/xfs.img; \
+         env -i $c {r} /usr/sbin/mkfs.ext4 -q -F -L EXT4TEST /tmp/ext4.img",
+        r = root.display()
+    );
+    let version = sh(&format!("unshare --mount --fork sh -c '{script}'"));
+    assert!(version.starts_with("mkfs.xfs version "), "mkfs.xfs -V in the chroot: {version:?}");
+    println!("in a chroot of the rootfs: {}", version.trim());
+    let (xfs, ext4) = (root.join("tmp/xfs.img"), root.join("tmp/ext4.img"));
+    sh(&format!("xfs_repair -n -f {}", xfs.display()));
+    let fsck = sh(&format!("fsck.ext4 -n -f {}", ext4.display()));
+    assert!(fsck.contains("Pass 5"), "fsck.ext4 -n did not check the whole filesystem:\n{fsck}");
+    for (img, kind, label) in [(&xfs, "xfs", "XFSTEST"), (&ext4, "ext4", "EXT4TEST")] {
+        let probe = sh(&format!("blkid -o export {}", img.display()));
+        assert!(probe.lines().any(|l| l == format!("TYPE={kind}")), "blkid {}:\n{probe}", img.display());
+        assert!(probe.lines().any(|l| l == format!("LABEL={label}")), "blkid {}:\n{probe}", img.display());
+    }
+    // mke2fs made ext4 by its name, with the features mke2fs.conf gives ext4.
+    let features = sh(&format!("dumpe2fs -h {} 2>/dev/null | grep '^Filesystem features:'", ext4.display()));
+    for f in ["has_journal", "extent", "metadata_csum", "64bit"] {
+        assert!(features.split_whitespace().any(|w| w == f), "ext4 lacks {f}: {features}");
+    }
+    std::fs::remove_dir_all(&root).unwrap();
 }

@@ -20,7 +20,7 @@ pub const DPKG: Tool = Tool { name: "dpkg", package: "dpkg" };
 pub const DPKG_DEB: Tool = Tool { name: "dpkg-deb", package: "dpkg" };
 pub const APT_GET: Tool = Tool { name: "apt-get", package: "apt" };
 pub const APT_CACHE: Tool = Tool { name: "apt-cache", package: "apt" };
-pub const LDD: Tool = Tool { name: "ldd", package: "libc-bin" };
+pub const DPKG_QUERY: Tool = Tool { name: "dpkg-query", package: "dpkg" };
 
 /// Data files (not programs) the imager reads, defaulting to where Debian puts them; a Nix
 /// build passes its own store paths.

@@ -4,8 +4,9 @@
 //! It is build-time code and drives host tools where no library does the job: mksquashfs
 //! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
 //! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
-//! images), apt/dpkg (the Debian kernel) and ldd (a dynamic binary's libraries). The cpio
-//! archive, the UKI and GRUB's boot sector patching are written here in Rust, the GPT by
+//! images), apt/dpkg (the Debian kernel) and dpkg-query (the packages of the host programs the
+//! rootfs carries). The cpio archive, the UKI, GRUB's boot sector patching and the
+//! shared-library closure of a carried program are done here in Rust, the GPT by
 //! [`crate::block::gpt`].
 //! Every artifact must be bit-identical across builds: nothing may read the clock, random
 //! sources or the output path into an artifact; every time is the profile's epoch and every
@@ -16,6 +17,7 @@ pub mod elf;
 pub mod grub;
 pub mod host;
 pub mod kernel;
+pub mod packages;
 pub mod profile;
 pub mod uki;
 
@@ -40,7 +42,8 @@ pub const LINUX_DATA_TYPE: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
 
 /// Artifact names, in SHA256SUMS order, for an initramfs named `initramfs`.
 pub fn artifact_names(initramfs: &str) -> Vec<&str> {
-    let mut names = vec!["disk.raw", initramfs, "kernel-version", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+    let mut names =
+        vec!["disk.raw", initramfs, "kernel-version", "rootfs-packages", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
     names.sort_unstable();
     names
 }
@@ -85,8 +88,12 @@ pub enum ImagerError {
     Gpt(#[from] gpt::GptError),
     #[error("installing GRUB into disk.raw: {0}")]
     Grub(#[from] grub::GrubError),
+    #[error("writing rootfs-packages: {0}")]
+    Packages(#[from] packages::PackagesError),
     #[error("{what} {}: {source}", path.display())]
     Io { what: &'static str, path: PathBuf, source: std::io::Error },
+    #[error("carrying {} in the rootfs: the imager puts its own file there", path.display())]
+    Collision { path: PathBuf },
     #[error("work path {} contains whitespace, which mkfs.xfs protofiles cannot express", path.display())]
     Whitespace { path: PathBuf },
     #[error("--initramfs {}: neither a cpio archive nor zstd, xz, lz4 or gzip", path.display())]
@@ -185,22 +192,18 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     progress.step(&format!("kernel: release {}", kernel.release));
 
     let binary = std::fs::read(&opts.binary).map_err(io("reading binary", &opts.binary))?;
-    let libs = match elf::interpreter(&opts.binary, &binary)? {
-        None => {
-            progress.step(&format!("binary: {} is static", opts.binary.display()));
-            Vec::new()
-        }
-        Some(interp) => {
-            host::require(&[host::LDD], &[])?;
-            let libs = elf::libraries(&opts.binary)?;
-            progress.step(&format!(
-                "binary: {} is dynamic (interpreter {interp}); carrying its {} shared libraries in rootfs and initramfs",
-                opts.binary.display(),
-                libs.len()
-            ));
-            libs
-        }
-    };
+    // What the binary needs to run (nothing when static), in the initramfs and the rootfs.
+    let mut needs = elf::Closure::default();
+    needs.add_dependencies(&opts.binary, &binary)?;
+    if needs.is_empty() {
+        progress.step(&format!("binary: {} is static", opts.binary.display()));
+    } else {
+        progress.step(&format!(
+            "binary: {} is dynamic; carrying its loader and shared libraries ({} paths) in rootfs and initramfs",
+            opts.binary.display(),
+            needs.len()
+        ));
+    }
 
     let (initramfs_name, initramfs) = match &opts.initramfs {
         Some(given) => {
@@ -208,9 +211,11 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
             let name = initramfs_name_of(&data).ok_or_else(|| ImagerError::UnknownInitramfs { path: given.clone() })?;
             progress.step(&format!("{name}: carrying {} as it is; no rootfs", given.display()));
             remove_stale_initramfs(out, name)?;
-            let rootfs = out.join("rootfs.sqsh");
-            if rootfs.exists() {
-                std::fs::remove_file(&rootfs).map_err(io("removing", &rootfs))?;
+            for stale in ["rootfs.sqsh", "rootfs-packages"] {
+                let path = out.join(stale);
+                if path.exists() {
+                    std::fs::remove_file(&path).map_err(io("removing", &path))?;
+                }
             }
             write_file(&out.join(name), &data, 0o644)?;
             (name, out.join(name))
@@ -218,7 +223,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
         None => {
             let name = profile.initramfs_compression.initramfs_name();
             remove_stale_initramfs(out, name)?;
-            build_root(&work, out, &binary, &libs, &kernel, &profile, progress)?;
+            build_root(&work, out, &binary, &needs, &kernel, &profile, progress)?;
             (name, out.join(name))
         }
     };
@@ -240,7 +245,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     let mut report = Vec::new();
     let names: Vec<&str> = artifact_names(initramfs_name)
         .into_iter()
-        .filter(|n| opts.initramfs.is_none() || *n != "rootfs.sqsh")
+        .filter(|n| opts.initramfs.is_none() || !n.starts_with("rootfs"))
         .collect();
     for name in names {
         let path = out.join(name);
@@ -263,43 +268,63 @@ fn remove_stale_initramfs(out: &Path, keep: &str) -> Result<(), ImagerError> {
     Ok(())
 }
 
-/// The rootfs and the initramfs that carries it, with their modules.
+/// The rootfs and the initramfs that carries it, with their modules, and the
+/// `rootfs-packages` list of the host files the rootfs carries.
 fn build_root(
     work: &Path,
     out: &Path,
     binary: &[u8],
-    libs: &[PathBuf],
+    needs: &elf::Closure,
     kernel: &kernel::Kernel,
     profile: &Profile,
     progress: &Progress,
 ) -> Result<(), ImagerError> {
+    let mut carried = needs.clone();
+    for path in profile.programs.iter().chain(&profile.program_files) {
+        carried.add(path)?;
+    }
+    let manifest = if carried.is_empty() {
+        String::new()
+    } else {
+        host::require(&[host::DPKG_QUERY], &[])?;
+        packages::manifest(&carried, &|p| sha256_file(p))?
+    };
+    progress.step(&format!(
+        "rootfs: carrying {} programs and {} data files with their loader and libraries: {} host paths from {} packages",
+        profile.programs.len(),
+        profile.program_files.len(),
+        carried.len(),
+        manifest.lines().filter(|l| l.starts_with("package: ")).count()
+    ));
+    std::fs::write(out.join("rootfs-packages"), &manifest).map_err(io("writing rootfs-packages in", out))?;
+
     progress.step("modules: choosing the initramfs's and the rootfs's, running depmod");
     let boot_stage = work.join("boot-modules");
     let boot = stage_modules(kernel, &boot_stage, |dep, alias, builtin| {
         kernel::boot_selection(dep, alias, builtin, &profile.modules, &kernel.release)
     })?;
     let rootfs_stage = work.join("rootfs");
-    let carried = stage_modules(kernel, &rootfs_stage, |dep, alias, builtin| {
+    let modules = stage_modules(kernel, &rootfs_stage, |dep, alias, builtin| {
         kernel::rootfs_selection(dep, alias, builtin, &profile.modules, &kernel.release)
     })?;
     progress.step(&format!(
         "modules: initramfs {} files (init loads {}); rootfs {} files (machined loads {} and {} for present devices; built in: {})",
         boot.files.len(),
         boot.load.join(" "),
-        carried.files.len(),
-        if carried.load.is_empty() { "none".to_string() } else { carried.load.join(" ") },
-        carried.by_alias.len(),
-        if carried.builtin.is_empty() { "none".to_string() } else { carried.builtin.join(" ") }
+        modules.files.len(),
+        if modules.load.is_empty() { "none".to_string() } else { modules.load.join(" ") },
+        modules.by_alias.len(),
+        if modules.builtin.is_empty() { "none".to_string() } else { modules.builtin.join(" ") }
     ));
 
     progress.step(&format!("rootfs.sqsh: staging and running mksquashfs ({:?})", profile.rootfs_compression));
     let rootfs = out.join("rootfs.sqsh");
-    stage_rootfs(&rootfs_stage, binary, libs, &carried.load, profile.network.as_deref())?;
+    stage_rootfs(&rootfs_stage, binary, &carried, &modules.load, profile.network.as_deref())?;
     mksquashfs(&rootfs_stage, &rootfs, profile.source_date_epoch, profile.rootfs_compression)?;
 
     let name = profile.initramfs_compression.initramfs_name();
     progress.step(&format!("{name}: writing cpio and compressing ({:?})", profile.initramfs_compression));
-    write_initramfs(work, &out.join(name), binary, libs, &rootfs, &boot_stage, &boot.load, profile)
+    write_initramfs(work, &out.join(name), binary, needs, &rootfs, &boot_stage, &boot.load, profile)
 }
 
 /// SHA-256 of a file, lowercase hex.
@@ -345,12 +370,13 @@ pub fn os_release() -> String {
 }
 
 /// The rootfs: the binary as `/sbin/init` and its names, os-release, the modules machined
-/// loads at start (`load`), the profile's network documents, and a dynamic binary's
-/// libraries. The module tree is already staged under `lib/modules`.
+/// loads at start (`load`), the profile's network documents, and the host files `carried`
+/// (programs, their data, loader and libraries) at their own paths. The module tree is
+/// already staged under `lib/modules`.
 fn stage_rootfs(
     stage: &Path,
     binary: &[u8],
-    libs: &[PathBuf],
+    carried: &elf::Closure,
     load: &[String],
     network: Option<&str>,
 ) -> Result<(), ImagerError> {
@@ -372,11 +398,32 @@ fn stage_rootfs(
     if let Some(network) = network {
         write_file(&stage.join(IMAGE_NETWORK_CONFIG), network.as_bytes(), 0o644)?;
     }
-    for lib in libs {
-        let data = std::fs::read(lib).map_err(io("reading shared library", lib))?;
-        write_file(&stage.join(lib.strip_prefix("/").unwrap_or(lib)), &data, 0o755)?;
+    for (path, how) in carried.entries() {
+        let dst = stage.join(path.strip_prefix("/").unwrap_or(path));
+        if dst.symlink_metadata().is_ok() {
+            return Err(ImagerError::Collision { path: path.to_path_buf() });
+        }
+        match how {
+            elf::Carried::File => {
+                let data = std::fs::read(path).map_err(io("reading carried file", path))?;
+                write_file(&dst, &data, carried_mode(path)?)?;
+            }
+            elf::Carried::Symlink(target) => {
+                if let Some(parent) = dst.parent() {
+                    mkdir(parent)?;
+                }
+                std::os::unix::fs::symlink(target, &dst).map_err(io("linking", &dst))?;
+            }
+        }
     }
     Ok(())
+}
+
+/// 0755 for a host file anyone may execute, 0644 otherwise: the host's umask and any
+/// write bits never reach the image.
+fn carried_mode(path: &Path) -> Result<u32, ImagerError> {
+    let mode = std::fs::metadata(path).map_err(io("reading carried file", path))?.permissions().mode();
+    Ok(if mode & 0o111 != 0 { 0o755 } else { 0o644 })
 }
 
 /// `/etc/talosbox/modules`: one name per line.
@@ -472,7 +519,7 @@ fn write_initramfs(
     work: &Path,
     out: &Path,
     binary: &[u8],
-    libs: &[PathBuf],
+    needs: &elf::Closure,
     rootfs: &Path,
     modules_stage: &Path,
     load: &[String],
@@ -488,9 +535,15 @@ fn write_initramfs(
     }
     // The kernel opens /dev/console for /init's stdio before anything mounts devtmpfs.
     a.add("dev/console", cpio::Entry { mode: 0o600, kind: cpio::Kind::CharDev(5, 1) })?;
-    for lib in libs {
-        let rel = lib.strip_prefix("/").unwrap_or(lib).to_string_lossy().into_owned();
-        a.file(&rel, 0o755, std::fs::read(lib).map_err(io("reading shared library", lib))?)?;
+    for (path, how) in needs.entries() {
+        let rel = path.strip_prefix("/").unwrap_or(path).to_string_lossy().into_owned();
+        match how {
+            elf::Carried::File => {
+                let data = std::fs::read(path).map_err(io("reading shared library", path))?;
+                a.file(&rel, carried_mode(path)?, data)?;
+            }
+            elf::Carried::Symlink(target) => a.symlink(&rel, &target.to_string_lossy())?,
+        }
     }
     let cpio_path = work.join("initramfs.cpio");
     std::fs::write(&cpio_path, a.encode(p.source_date_epoch)?).map_err(io("writing", &cpio_path))?;

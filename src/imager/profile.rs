@@ -1,5 +1,6 @@
 //! Image profiles: the data files under `images/` that say what goes into an image
-//! (kernel command line, modules, disk sizes, the pinned build time).
+//! (kernel command line, modules, the host programs the node execs, disk sizes, the pinned
+//! build time).
 //!
 //! Parsing and validation only; unknown fields are errors and every error names the field.
 //! It must never look at the host or the kernel: checking module names against a kernel is
@@ -36,7 +37,20 @@ pub struct Profile {
     /// and reports them.
     #[serde(default)]
     pub network: Option<String>,
+    /// Host programs the node execs (`/usr/sbin/mkfs.xfs`, `/usr/sbin/mkfs.ext4`), carried in
+    /// the rootfs at the same absolute paths, with the symlinks that lead to them, the dynamic
+    /// loader and every shared library they need (the talosbox binary is static: the rootfs
+    /// has no libc of its own).
+    #[serde(default)]
+    pub programs: Vec<PathBuf>,
+    /// Host data files those programs read (`/etc/mke2fs.conf`), carried at the same paths.
+    #[serde(default)]
+    pub program_files: Vec<PathBuf>,
 }
+
+/// Rootfs directories something is mounted over at run time: a file carried there would be
+/// hidden.
+const MOUNTED_OVER: &[&str] = &["/dev", "/proc", "/sys", "/run", "/tmp", "/system", "/var"];
 
 fn zstd() -> Compression {
     Compression::Zstd
@@ -161,11 +175,38 @@ impl Profile {
                 return Err(invalid(field, "must be between 1 and 65536"));
             }
         }
+        for (field, list) in [("programs", &p.programs), ("program-files", &p.program_files)] {
+            for (i, path) in list.iter().enumerate() {
+                if !is_normal_absolute(path) {
+                    return Err(invalid(field, &format!("{} is not a normal absolute path", path.display())));
+                }
+                if let Some(dir) = MOUNTED_OVER.iter().find(|d| path.starts_with(d)) {
+                    return Err(invalid(
+                        field,
+                        &format!("{} is under {dir}, which is mounted over at run time", path.display()),
+                    ));
+                }
+                if list[..i].contains(path) {
+                    return Err(invalid(field, &format!("{} is listed twice", path.display())));
+                }
+            }
+        }
         if p.disk.efi_mib < 33 {
             return Err(invalid("disk.efi-mib", "FAT32 needs at least 33 MiB"));
         }
         Ok(p)
     }
+}
+
+/// `/a/b`: absolute, no `.` or `..`, no empty or trailing components, not `/` itself.
+fn is_normal_absolute(path: &Path) -> bool {
+    use std::path::Component;
+    let mut parts = path.components();
+    let rebuilt = parts.clone().fold(PathBuf::new(), |acc, c| acc.join(c));
+    parts.next() == Some(Component::RootDir)
+        && parts.clone().next().is_some()
+        && parts.all(|c| matches!(c, Component::Normal(_)))
+        && rebuilt.as_os_str() == path.as_os_str()
 }
 
 fn valid_module_name(m: &str) -> bool {
@@ -196,6 +237,12 @@ disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
         assert_eq!(zstd.initramfs_compression.initramfs_name(), "initramfs.zst");
         assert_eq!(p.grub_timeout, 0);
         assert_eq!(p.network, None);
+        assert!(p.programs.is_empty() && p.program_files.is_empty());
+        let text =
+            format!("{GOOD}programs: [/usr/sbin/mkfs.xfs, /usr/sbin/mkfs.ext4]\nprogram-files: [/etc/mke2fs.conf]\n");
+        let carry = Profile::parse(Path::new("p.yaml"), &text).unwrap();
+        assert_eq!(carry.programs, [PathBuf::from("/usr/sbin/mkfs.xfs"), PathBuf::from("/usr/sbin/mkfs.ext4")]);
+        assert_eq!(carry.program_files, [PathBuf::from("/etc/mke2fs.conf")]);
         let text = format!("{GOOD}network: |\n  apiVersion: v1alpha1\n  kind: LinkConfig\n  name: eth0\n");
         let net = Profile::parse(Path::new("p.yaml"), &text).unwrap();
         assert_eq!(net.network.as_deref(), Some("apiVersion: v1alpha1\nkind: LinkConfig\nname: eth0\n"));
@@ -228,6 +275,14 @@ disk: {efi-mib: 100, bios-mib: 1, boot-mib: 1000, meta-mib: 1}
             ("[virtio_blk, dm-mod]", "['virtio blk']", "modules.load"),
             ("source-date-epoch: 1700000000", "source-date-epoch: 1700000000\ninitramfs-compression: brotli", "brotli"),
             ("disk:", "disks:", "disks"),
+            ("disk:", "programs: [sbin/mkfs.xfs]\ndisk:", "field programs: sbin/mkfs.xfs is not a normal"),
+            ("disk:", "programs: [/usr/sbin/../mkfs.xfs]\ndisk:", "field programs"),
+            ("disk:", "programs: [/usr/sbin/mkfs.xfs/]\ndisk:", "field programs"),
+            ("disk:", "programs: [//usr/sbin/mkfs.xfs]\ndisk:", "field programs"),
+            ("disk:", "programs: [/]\ndisk:", "field programs"),
+            ("disk:", "programs: [/a, /a]\ndisk:", "listed twice"),
+            ("disk:", "program-files: [/var/lib/x]\ndisk:", "field program-files: /var/lib/x is under /var"),
+            ("disk:", "program-file: [/etc/mke2fs.conf]\ndisk:", "program-file"),
         ];
         for (from, to, want) in cases {
             let text = GOOD.replacen(from, to, 1);
