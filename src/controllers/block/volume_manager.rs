@@ -395,8 +395,9 @@ impl VolumeManagerController {
                 let cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
                     .map_err(|e| StepError::failed(e.to_string()))?;
                 crate::kernel::console::line(&format!(
-                    "volume {id}: formatting {} as {:?}",
-                    status.mount_location, wanted
+                    "volume {id}: formatting {} as {}",
+                    status.mount_location,
+                    wanted.fstype()
                 ));
                 run(self.reaper.clone(), &cmd).await.map_err(StepError::failed)?;
                 self.refresh += 1;
