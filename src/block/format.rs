@@ -24,6 +24,17 @@ pub struct MkfsCommand {
     pub env: Vec<(String, String)>,
 }
 
+impl MkfsCommand {
+    /// The same command, told to write over the signature a formatter of `fs` left
+    /// unfinished: mkfs.xfs and mke2fs refuse a device that already carries one. Only for
+    /// that case; everywhere else their refusal is a second guard for data the probe missed.
+    pub fn over_unfinished(mut self, fs: FilesystemType) -> MkfsCommand {
+        let force = if fs == FilesystemType::Xfs { "-f" } else { "-F" };
+        self.args.insert(0, force.into());
+        self
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     #[error("filesystem {0:?} is not made by the node")]
@@ -129,6 +140,24 @@ mod tests {
         assert!(ids.contains("TYPE=ext4") && ids.contains("LABEL=u-data"), "{ids}");
         let fsck = Command::new("fsck.ext4").args(["-n", "-f"]).arg(&img).output().unwrap();
         assert!(fsck.status.success(), "{}", String::from_utf8_lossy(&fsck.stdout));
+    }
+
+    #[test]
+    fn an_unfinished_xfs_is_refused_by_mkfs_and_made_again_over_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("eph.img");
+        std::fs::File::create(&img).unwrap().set_len(300 << 20).unwrap();
+        let cmd = mkfs("/", FilesystemType::Xfs, img.to_str().unwrap(), "EPHEMERAL", 300 << 20).unwrap();
+        run(&cmd);
+        let set = Command::new("xfs_db").args(["-x", "-c", "sb 0", "-c", "write inprogress 1"]).arg(&img).output();
+        assert!(set.unwrap().status.success());
+        let again = Command::new(&cmd.program).args(&cmd.args).output().unwrap();
+        assert!(!again.status.success(), "mkfs.xfs writes over an existing xfs only when forced");
+        run(&cmd.clone().over_unfinished(FilesystemType::Xfs));
+        let probed = crate::block::probe::probe_path(&img, 512).unwrap().unwrap();
+        assert!(!probed.unfinished);
+        let repair = Command::new("xfs_repair").args(["-n", "-f"]).arg(&img).output().unwrap();
+        assert!(repair.status.success(), "{}", String::from_utf8_lossy(&repair.stderr));
     }
 
     #[test]

@@ -133,6 +133,10 @@ pub struct Probed {
     /// The size the signature claims: the file system's (xfs without its internal log, as
     /// blkid's FSSIZE), swap's pages, GPT's usable area; 0 for LUKS.
     pub probed_size: u64,
+    /// The formatter stopped before it finished (xfs's `sb_inprogress`, which mkfs.xfs sets
+    /// in the first superblock it writes and clears last): the kernel will not mount it and
+    /// it holds no data.
+    pub unfinished: bool,
 }
 
 impl Probed {
@@ -334,6 +338,7 @@ fn luks(head: &[u8]) -> Option<Probed> {
         block_size: 0,
         filesystem_block_size: 0,
         probed_size: 0,
+        unfinished: false,
     })
 }
 
@@ -400,6 +405,7 @@ fn xfs<D: FileExt>(win: &mut Window<'_, D>, head: &[u8]) -> Result<Option<Probed
         block_size: u32::from(sector),
         filesystem_block_size: block,
         probed_size: dblocks.saturating_sub(log).saturating_mul(u64::from(block)),
+        unfinished: sb[126] != 0,
     }))
 }
 
@@ -448,6 +454,7 @@ fn ext(head: &[u8]) -> Option<Probed> {
         block_size: block,
         filesystem_block_size: block,
         probed_size: blocks.saturating_mul(u64::from(block)),
+        unfinished: false,
     })
 }
 
@@ -465,6 +472,7 @@ fn squashfs(head: &[u8]) -> Option<Probed> {
         block_size: block,
         filesystem_block_size: block,
         probed_size: le64(sb, 40),
+        unfinished: false,
     })
 }
 
@@ -515,6 +523,7 @@ fn swap<D: FileExt>(win: &mut Window<'_, D>, head: &[u8]) -> Result<Option<Probe
         block_size: page,
         filesystem_block_size: page,
         probed_size: u64::from(page) * u64::from(lastpage),
+        unfinished: false,
     }))
 }
 
@@ -539,6 +548,7 @@ fn vfat<D: FileExt>(win: &mut Window<'_, D>) -> Result<Option<Probed>, ProbeErro
         block_size: fs.sector_size(),
         filesystem_block_size: u32::try_from(fs.cluster_size()).unwrap_or(0),
         probed_size: fs.size(),
+        unfinished: false,
     }))
 }
 
@@ -551,6 +561,7 @@ fn iso9660<D: FileExt>(win: &mut Window<'_, D>) -> Result<Option<Probed>, ProbeE
         block_size: fs.block_size(),
         filesystem_block_size: fs.block_size(),
         probed_size: fs.size(),
+        unfinished: false,
     }))
 }
 
@@ -580,6 +591,7 @@ fn gpt<D: FileExt>(win: &mut Window<'_, D>, head: &[u8]) -> Result<Option<Probed
         block_size: sector as u32,
         filesystem_block_size: 0,
         probed_size: (last_usable - first_usable + 1) * sector as u64,
+        unfinished: false,
     }))
 }
 
@@ -750,7 +762,21 @@ mod tests {
             assert_eq!(ours.probed_size, (field("dblocks") - log) * field("blocksize"), "xfs {args:?}");
             assert_eq!(u64::from(ours.filesystem_block_size), field("blocksize"));
             assert_eq!(u64::from(ours.block_size), field("sectsize"));
+            assert!(!ours.unfinished, "a finished mkfs.xfs {args:?}");
         }
+    }
+
+    #[test]
+    fn an_xfs_whose_mkfs_did_not_finish_is_told_apart() {
+        // mkfs.xfs writes its first superblock with sb_inprogress set and clears it last;
+        // xfs_db sets it again (recomputing the v5 CRC), as an interrupted mkfs leaves it.
+        let dir = tempfile::tempdir().unwrap();
+        let img = sparse(dir.path(), "xfs", 300 << 20);
+        run(Command::new("mkfs.xfs").args(["-q", "-f"]).arg(&img));
+        run(Command::new("xfs_db").args(["-x", "-c", "sb 0", "-c", "write inprogress 1"]).arg(&img));
+        // blkid still calls it xfs, and so do we, but it is marked unfinished.
+        let ours = agrees(&img, Signature::Xfs);
+        assert!(ours.unfinished);
     }
 
     #[test]

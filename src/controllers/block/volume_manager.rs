@@ -383,17 +383,25 @@ impl VolumeManagerController {
             .blocking("probing a volume", move || probe_name(&probe_at))
             .await?
             .map_err(|e| StepError::failed(format!("probing {}: {e}", device.display())))?;
-        match volumes::format_decision(wanted, &found) {
+        match volumes::format_decision(wanted, &found.name, found.unfinished) {
             FormatDecision::Keep => Ok(volumes::advance(status, VolumePhase::Ready)),
             FormatDecision::Refuse(why) => Err(StepError::failed(why)),
-            FormatDecision::Make => {
+            decision @ (FormatDecision::Make | FormatDecision::Remake) => {
                 let label = if config.provisioning.filesystem_spec.label.is_empty() {
                     id.to_string()
                 } else {
                     config.provisioning.filesystem_spec.label.clone()
                 };
-                let cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
+                let mut cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
                     .map_err(|e| StepError::failed(e.to_string()))?;
+                if decision == FormatDecision::Remake {
+                    crate::kernel::console::line(&format!(
+                        "volume {id}: the {} on {} was left unfinished by its mkfs; it is made again",
+                        wanted.fstype(),
+                        status.mount_location
+                    ));
+                    cmd = cmd.over_unfinished(wanted);
+                }
                 crate::kernel::console::line(&format!(
                     "volume {id}: formatting {} as {}",
                     status.mount_location,
@@ -494,10 +502,19 @@ fn grow_partition(disk: &Path, index: u32, max: u64) -> Result<Option<u64>, Stri
     Ok(Some(grown.size))
 }
 
-/// The name of what is on a volume (`""`: nothing known).
-fn probe_name(device: &Path) -> Result<String, String> {
+/// What the probe found on a volume.
+struct Found {
+    /// Talos's name (`""`: nothing known).
+    name: String,
+    unfinished: bool,
+}
+
+fn probe_name(device: &Path) -> Result<Found, String> {
     let found = probe::probe_path(device, 512).map_err(|e| e.to_string())?;
-    Ok(found.map(|f| f.name().to_string()).unwrap_or_default())
+    Ok(Found {
+        name: found.as_ref().map(|f| f.name().to_string()).unwrap_or_default(),
+        unfinished: found.is_some_and(|f| f.unfinished),
+    })
 }
 
 #[cfg(test)]

@@ -222,14 +222,19 @@ pub enum FormatDecision {
     Keep,
     /// Nothing is on the volume: make the filesystem.
     Make,
+    /// The wanted filesystem's formatter stopped before it finished (a power cut during
+    /// mkfs): nothing can be on it, so it is made again, over the half-made one.
+    Remake,
     /// Something else is on it: refuse, keeping the data.
     Refuse(String),
 }
 
-/// Decides from what the probe found (`""`: nothing recognized) on the volume.
-pub fn format_decision(wanted: FilesystemType, found: &str) -> FormatDecision {
+/// Decides from what the probe found (`""`: nothing recognized) on the volume, and whether
+/// the probe saw it unfinished.
+pub fn format_decision(wanted: FilesystemType, found: &str, unfinished: bool) -> FormatDecision {
     match (wanted, found) {
         (FilesystemType::None, _) => FormatDecision::Keep,
+        (w, f) if f == w.probe_name() && unfinished => FormatDecision::Remake,
         (w, f) if f == w.probe_name() => FormatDecision::Keep,
         (_, "") => FormatDecision::Make,
         (w, f) => FormatDecision::Refuse(format!(
@@ -488,8 +493,19 @@ mod tests {
             ),
         ];
         for (wanted, found, want) in cases {
-            assert_eq!(format_decision(wanted, found), want, "{wanted:?} over {found:?}");
+            assert_eq!(format_decision(wanted, found, false), want, "{wanted:?} over {found:?}");
         }
+        // Unfinished: the wanted filesystem half-made is made again; anything else unfinished
+        // is still refused, and nothing wanted still keeps what is there.
+        let unfinished = [
+            (F::Xfs, "xfs", FormatDecision::Remake),
+            (F::Ext4, "extfs", FormatDecision::Remake),
+            (F::None, "xfs", FormatDecision::Keep),
+        ];
+        for (wanted, found, want) in unfinished {
+            assert_eq!(format_decision(wanted, found, true), want, "{wanted:?} over an unfinished {found:?}");
+        }
+        assert!(matches!(format_decision(F::Ext4, "xfs", true), FormatDecision::Refuse(_)));
     }
 
     #[test]
