@@ -108,6 +108,8 @@ mod tests {
         ("/machine.MachineService/List", false, true),
         ("/machine.MachineService/Logs", false, true),
         ("/machine.MachineService/Memory", false, false),
+        ("/machine.MachineService/MetaWrite", false, false),
+        ("/machine.MachineService/MetaDelete", false, false),
         ("/machine.MachineService/Mounts", false, false),
         ("/machine.MachineService/Processes", false, false),
         ("/machine.MachineService/Read", false, true),
