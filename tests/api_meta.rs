@@ -111,11 +111,8 @@ impl Rig {
     }
 
     fn volume(&self, phase: VolumePhase) {
-        let status = VolumeStatus {
-            phase,
-            location: self.partition.path().display().to_string(),
-            ..VolumeStatus::default()
-        };
+        let status =
+            VolumeStatus { phase, location: self.partition.path().display().to_string(), ..VolumeStatus::default() };
         self.harness.seed(blk::NAMESPACE, "META", status).unwrap();
     }
 
@@ -234,4 +231,3 @@ async fn meta_keys_are_written_read_back_and_deleted_through_the_api() {
 
     rig.cancel.cancel();
 }
-
