@@ -114,8 +114,8 @@ pub enum CopyFault {
         found: u32,
     },
     Checksum {
-        stored: [u8; 32],
-        computed: [u8; 32],
+        stored: Box<[u8; 32]>,
+        computed: Box<[u8; 32]>,
     },
     /// An entry runs past the end of the entries.
     Overrun {
@@ -138,7 +138,7 @@ impl fmt::Display for CopyFault {
             CopyFault::Magic1 { found } => write!(f, "magic1 is {found:#010x}, not {MAGIC1:#010x}"),
             CopyFault::Magic2 { found } => write!(f, "magic2 is {found:#010x}, not {MAGIC2:#010x}"),
             CopyFault::Checksum { stored, computed } => {
-                write!(f, "checksum mismatch: stored {}, computed {}", hex(stored), hex(computed))
+                write!(f, "checksum mismatch: stored {}, computed {}", hex(&stored[..]), hex(&computed[..]))
             }
             CopyFault::Overrun { at, tag, size } => {
                 write!(f, "the entry at byte {at} (tag {tag}, {size} bytes) runs past the end")
@@ -391,7 +391,7 @@ pub fn decode_copy(buf: &[u8]) -> Result<BTreeMap<u8, Vec<u8>>, CopyFault> {
     hasher.update(&buf[MAGIC2_AT..]);
     let computed: [u8; 32] = hasher.finalize().into();
     if stored != computed {
-        return Err(CopyFault::Checksum { stored, computed });
+        return Err(CopyFault::Checksum { stored: Box::new(stored), computed: Box::new(computed) });
     }
     let mut tags = BTreeMap::new();
     let mut at = 4;
