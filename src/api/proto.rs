@@ -177,6 +177,16 @@ mod tests {
         assert_eq!(machine::ApplyConfigurationRequest::decode(bytes.as_slice()).unwrap(), request);
     }
 
+    /// Talos's MetaWriteRequest { uint32 key = 1; bytes value = 2; } and MetaDeleteRequest
+    /// { uint32 key = 1; }, by hand.
+    #[test]
+    fn meta_requests_encode_with_talos_numbers() {
+        let write = machine::MetaWriteRequest { key: 10, value: b"ab".to_vec() };
+        assert_eq!(write.encode_to_vec(), [0x08, 0x0a, 0x12, 0x02, b'a', b'b']);
+        // A key past a byte still travels (the node refuses it, as Talos's does).
+        assert_eq!(machine::MetaDeleteRequest { key: 300 }.encode_to_vec(), [0x08, 0xac, 0x02]);
+    }
+
     /// The talosbox extension is field 1001 and a Talos-shaped reader, which has only fields
     /// 1-4, still decodes the rest.
     #[test]
