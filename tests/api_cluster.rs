@@ -235,6 +235,12 @@ fn three_nodes_are_configured_and_driven_through_the_api() {
     assert!(listing.contains("secrets.yaml") && listing.contains("-rw-------"), "{listing}");
     let unknown = ctl.fails(&["get", "nosuchtype"]);
     assert!(unknown.contains("nosuchtype"), "{unknown}");
+    // META: a node run as a process has none, said through apid by the handler (past the
+    // role table); a key that does not fit a byte never leaves talosctl.
+    let meta = ctl.fails(&["meta", "write", "0x0c", "x"]);
+    assert!(meta.contains("FailedPrecondition") && meta.contains("no META partition"), "{meta}");
+    let meta = ctl.fails(&["meta", "delete", "256"]);
+    assert!(meta.contains("out of range"), "{meta}");
 
     // A rejected apply on a running node leaves the config in force untouched.
     let before = ctl.ok(&["get", "mc", "v1alpha1"]);

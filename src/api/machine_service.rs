@@ -370,6 +370,20 @@ impl MachineService for MachineApi {
         Ok(Response::new(m::MemoryResponse { messages: vec![m::Memory { metadata: None, meminfo: Some(meminfo) }] }))
     }
 
+    async fn meta_write(
+        &self,
+        request: Request<m::MetaWriteRequest>,
+    ) -> Result<Response<m::MetaWriteResponse>, Status> {
+        super::meta::write(self, request.into_inner()).await.map(Response::new)
+    }
+
+    async fn meta_delete(
+        &self,
+        request: Request<m::MetaDeleteRequest>,
+    ) -> Result<Response<m::MetaDeleteResponse>, Status> {
+        super::meta::delete(self, request.into_inner()).await.map(Response::new)
+    }
+
     async fn mounts(&self, _: Request<()>) -> Result<Response<m::MountsResponse>, Status> {
         let mounts = tokio::task::spawn_blocking(crate::kernel::procfs::mounts)
             .await

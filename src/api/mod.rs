@@ -14,6 +14,7 @@ pub mod fanout;
 pub mod fuzz;
 pub mod grpc_body;
 pub mod machine_service;
+pub mod meta;
 pub mod node;
 pub mod proto;
 pub mod proxy;

@@ -1,6 +1,7 @@
 //! What the machine API needs from the node it runs on, beyond reading the state: the actions
-//! machined carries out (power, services, the configuration store) and the logs and events it
-//! keeps. machined implements [`Node`]; the API depends only on this trait, never on machined.
+//! machined carries out (power, services, the configuration store, META) and the logs and
+//! events it keeps. machined implements [`Node`]; the API depends only on this trait, never on
+//! machined.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -94,6 +95,8 @@ pub trait Node: Send + Sync + 'static {
     fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>);
     /// The right to apply; `None` while another apply runs.
     fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>>;
+    /// The node's one writer of the META partition.
+    fn meta(&self) -> Arc<crate::block::meta::MetaStore>;
     /// Asks time server `server` (SNTP, from the node's network): the node's clock when the
     /// answer came, and the server's offset from it in nanoseconds.
     async fn query_time(&self, server: &str) -> Result<(SystemTime, i128), Status>;

@@ -108,6 +108,8 @@ mod tests {
         ("/machine.MachineService/List", false, true),
         ("/machine.MachineService/Logs", false, true),
         ("/machine.MachineService/Memory", false, false),
+        ("/machine.MachineService/MetaWrite", false, false),
+        ("/machine.MachineService/MetaDelete", false, false),
         ("/machine.MachineService/Mounts", false, false),
         ("/machine.MachineService/Processes", false, false),
         ("/machine.MachineService/Read", false, true),
@@ -173,6 +175,16 @@ mod tests {
         // 1: data "x"; 4: mode TRY (4); 5: dry_run; 6: Duration { 1: 60 }.
         assert_eq!(bytes, [0x0a, 0x01, b'x', 0x20, 0x04, 0x28, 0x01, 0x32, 0x02, 0x08, 60]);
         assert_eq!(machine::ApplyConfigurationRequest::decode(bytes.as_slice()).unwrap(), request);
+    }
+
+    /// Talos's MetaWriteRequest { uint32 key = 1; bytes value = 2; } and MetaDeleteRequest
+    /// { uint32 key = 1; }, by hand.
+    #[test]
+    fn meta_requests_encode_with_talos_numbers() {
+        let write = machine::MetaWriteRequest { key: 10, value: b"ab".to_vec() };
+        assert_eq!(write.encode_to_vec(), [0x08, 0x0a, 0x12, 0x02, b'a', b'b']);
+        // A key past a byte still travels (the node refuses it, as Talos's does).
+        assert_eq!(machine::MetaDeleteRequest { key: 300 }.encode_to_vec(), [0x08, 0xac, 0x02]);
     }
 
     /// The talosbox extension is field 1001 and a Talos-shaped reader, which has only fields

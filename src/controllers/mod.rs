@@ -55,6 +55,8 @@ pub struct Environment {
     pub node: secrets::NodeIdentity,
     /// Where apid listens (`:50000` on a node; the node's address in container mode).
     pub api_listen: String,
+    /// The META store's write counter.
+    pub meta_writes: watch::Receiver<u64>,
 }
 
 /// Every controller, with where it may run.
@@ -117,6 +119,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(block::VolumeConfigController)));
     all.push((Scope::NodeOnly, Box::new(block::VolumeManagerController::new(env.supervisor.reaper()))));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
+    all.push((Scope::NodeOnly, Box::new(MetaLoadController::new(env.meta_writes.clone()))));
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);
     all.push((Scope::NodeOnly, Box::new(TimeSyncController::new(NetworkTarget::Node, clock))));
@@ -160,6 +163,7 @@ mod tests {
             config_source: "nowhere".into(),
             node: secrets::NodeIdentity { hostname: "test".into(), addresses: Vec::new() },
             api_listen: "127.0.0.1:50000".into(),
+            meta_writes: watch::channel(0).1,
         }
     }
 

@@ -270,6 +270,7 @@ fn environment(
     mode: &Mode,
     supervisor: Arc<Supervisor>,
     config: watch::Receiver<crate::controllers::config::StoredConfig>,
+    meta_writes: watch::Receiver<u64>,
 ) -> Environment {
     let (set, cmdline) = match mode {
         Mode::Node => (ControllerSet::Node, Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE))),
@@ -286,6 +287,7 @@ fn environment(
         config_source: mode.config_path().display().to_string(),
         node: controllers::secrets::NodeIdentity { hostname: mode.default_hostname(), addresses: mode.addresses() },
         api_listen: mode.api_listen(),
+        meta_writes,
     }
 }
 
@@ -295,7 +297,8 @@ pub fn dependency_graph(mode: &Mode) -> Result<String, MachinedError> {
     let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |_| {});
     let mut runtime = Runtime::new(State::in_memory(), Arc::new(crate::resources::registry()?));
     let (_tx, config) = watch::channel(Default::default());
-    controllers::register_all(&mut runtime, &environment(mode, supervisor, config))?;
+    let (_meta_tx, meta_writes) = watch::channel(0);
+    controllers::register_all(&mut runtime, &environment(mode, supervisor, config, meta_writes))?;
     Ok(runtime.dependency_graph())
 }
 
@@ -363,7 +366,11 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let state = State::in_memory();
     let registry = Arc::new(crate::resources::registry()?);
     let mut runtime = Runtime::new(state.clone(), registry.clone());
-    controllers::register_all(&mut runtime, &environment(mode, supervisor.clone(), store.subscribe()))?;
+    let meta = crate::block::meta::MetaStore::new();
+    controllers::register_all(
+        &mut runtime,
+        &environment(mode, supervisor.clone(), store.subscribe(), meta.subscribe()),
+    )?;
     // Subscribed before the runtime starts, so no stage is missed.
     let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
     let mut stage_task =
@@ -429,6 +436,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         events: events.clone(),
         log,
         power: requests.clone(),
+        meta,
     });
     let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
     {

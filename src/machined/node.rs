@@ -28,6 +28,7 @@ pub struct MachineNode {
     pub events: Arc<EventLog>,
     pub log: LogRing,
     pub power: mpsc::UnboundedSender<Power>,
+    pub meta: Arc<crate::block::meta::MetaStore>,
 }
 
 struct Ring(LogRing);
@@ -100,6 +101,10 @@ impl Node for MachineNode {
             .ok_or_else(|| Status::failed_precondition("a configuration apply is in progress"))?;
         self.store.forget(&guard).map_err(|e| Status::internal(e.to_string()))?;
         self.power(if reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
+    }
+
+    fn meta(&self) -> Arc<crate::block::meta::MetaStore> {
+        Arc::clone(&self.meta)
     }
 
     async fn query_time(&self, server: &str) -> Result<(std::time::SystemTime, i128), Status> {

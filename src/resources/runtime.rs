@@ -298,7 +298,41 @@ impl ResourceSpec for ApiServiceConfig {
     }
 }
 
-/// Registers the runtime namespace and every runtime type.
+/// One key of the META partition, Talos's `MetaKey`: id the tag as Talos writes it (`0x0a`),
+/// the value as text (bytes that are not UTF-8 shown as U+FFFD).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaKey {
+    pub value: String,
+}
+
+impl MetaKey {
+    /// The id of the key with `tag` (Talos's `MetaKeyTagToID`).
+    pub fn id(tag: u8) -> String {
+        format!("0x{tag:02x}")
+    }
+}
+
+/// Talos's `MetaKeySpec` message (value = 1).
+#[derive(Clone, PartialEq, prost::Message)]
+struct MetaKeyWire {
+    #[prost(string, tag = "1")]
+    value: String,
+}
+
+impl ResourceSpec for MetaKey {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "MetaKeys.runtime.talos.dev",
+        aliases: &["meta"],
+        default_namespace: NAMESPACE,
+        print_columns: &[PrintColumn { name: "Value", json_path: "{.value}" }],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+
+    fn to_proto(&self) -> Option<Vec<u8>> {
+        Some(prost::Message::encode_to_vec(&MetaKeyWire { value: self.value.clone() }))
+    }
+}
+
 /// What the platform says about the machine, Talos's PlatformMetadata, id `platformmetadata`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -342,6 +376,7 @@ impl ResourceSpec for PlatformMetadata {
     };
 }
 
+/// Registers the runtime namespace and every runtime type.
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.add_namespace(NAMESPACE, "Talos runtime.")?;
     registry.register::<KernelCmdline>()?;
@@ -352,6 +387,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<Service>()?;
     registry.register::<ApiServiceConfig>()?;
     registry.register::<PlatformMetadata>()?;
+    registry.register::<MetaKey>()?;
     Ok(())
 }
 
@@ -386,6 +422,8 @@ mod tests {
             ("Services.v1alpha1.talos.dev", Service::DEFINITION.type_name),
             ("versions", Version::DEFINITION.type_name),
             ("version", Version::DEFINITION.type_name),
+            ("meta", MetaKey::DEFINITION.type_name),
+            ("metakeys", MetaKey::DEFINITION.type_name),
         ];
         for (name, want) in cases {
             assert_eq!(registry.resolve(name).map(|t| t.type_name()), Ok(want), "{name}");
@@ -405,5 +443,13 @@ mod tests {
         };
         // Field 1 (varint) = 1, field 3 (varint) = 1; false fields are not on the wire.
         assert_eq!(ResourceSpec::to_proto(&s), Some(vec![0x08, 0x01, 0x18, 0x01]));
+    }
+
+    #[test]
+    fn meta_keys_are_named_as_talos_names_them() {
+        assert_eq!(MetaKey::id(10), "0x0a");
+        assert_eq!(MetaKey::id(0xff), "0xff");
+        // Field 1, length-delimited, "ab".
+        assert_eq!(ResourceSpec::to_proto(&MetaKey { value: "ab".into() }), Some(vec![0x0a, 0x02, b'a', b'b']));
     }
 }

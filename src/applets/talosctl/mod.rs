@@ -8,6 +8,7 @@ mod cluster;
 mod configcmd;
 mod generate;
 mod get;
+mod meta;
 mod node;
 mod output;
 mod validate;
@@ -106,6 +107,11 @@ enum Command {
     Health(node::HealthArgs),
     /// Show the nodes' time and a time server's, as each node measures it.
     Time(node::TimeArgs),
+    /// Write and delete keys in the META partition.
+    Meta {
+        #[command(subcommand)]
+        command: meta::MetaCommand,
+    },
     /// Manage the talosconfig (endpoints, nodes, contexts) and mint client configs.
     Config {
         #[command(subcommand)]
@@ -161,6 +167,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Gen { command } => command.run(),
         Command::Config { command } => configcmd::run(&cli, command),
         Command::Validate(args) => validate::run(&args),
+        Command::Meta { command } => meta::run(&cli, command),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());
             ExitCode::SUCCESS

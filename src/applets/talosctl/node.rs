@@ -212,12 +212,13 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         | Command::Gen { .. }
         | Command::Config { .. }
         | Command::Validate(_)
+        | Command::Meta { .. }
         | Command::Completion { .. } => ExitCode::FAILURE,
     }
 }
 
 /// Opens the session and runs `each` for every target, reporting its errors by node.
-fn per_node<F, Fut>(cli: &Cli, command: &'static str, each: F) -> ExitCode
+pub(super) fn per_node<F, Fut>(cli: &Cli, command: &'static str, each: F) -> ExitCode
 where
     F: Fn(std::rc::Rc<Session>, Target) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
@@ -241,7 +242,7 @@ where
     })
 }
 
-fn st(s: tonic::Status) -> String {
+pub(super) fn st(s: tonic::Status) -> String {
     status_line(&s)
 }
 
