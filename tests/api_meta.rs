@@ -41,7 +41,7 @@ impl Node for MetaOnly {
     fn power(&self, _: PowerAction) -> Result<(), tonic::Status> {
         Err(tonic::Status::unimplemented("not here"))
     }
-    async fn reset(&self, _: bool) -> Result<(), tonic::Status> {
+    async fn reset(&self, _: talosbox::api::node::ResetRequest) -> Result<(), tonic::Status> {
         Err(tonic::Status::unimplemented("not here"))
     }
     fn services(&self) -> Vec<ServiceInfo> {

@@ -465,13 +465,17 @@ impl MachineService for MachineApi {
 
     async fn reset(&self, request: Request<m::ResetRequest>) -> Result<Response<m::ResetResponse>, Status> {
         let r = request.into_inner();
-        if !r.system_partitions_to_wipe.is_empty() || !r.user_disks_to_wipe.is_empty() {
-            return Err(Status::unimplemented(
-                "wiping chosen partitions or user disks needs the volume manager, which this node does not have yet",
-            ));
-        }
-        self.node.reset(r.reboot).await?;
-        Ok(Response::new(m::ResetResponse { messages: vec![m::Reset { metadata: None, actor_id: String::new() }] }))
+        let mode = crate::api::node::WipeMode::from_wire(r.mode)
+            .ok_or_else(|| Status::invalid_argument(format!("reset: mode: unknown wipe mode {}", r.mode)))?;
+        let request = crate::api::node::ResetRequest {
+            reboot: r.reboot,
+            mode,
+            system_partitions: r.system_partitions_to_wipe.into_iter().map(|p| (p.label, p.wipe)).collect(),
+            user_disks: r.user_disks_to_wipe,
+        };
+        let actor = self.node.events().new_id();
+        self.node.reset(request).await?;
+        Ok(Response::new(m::ResetResponse { messages: vec![m::Reset { metadata: None, actor_id: actor }] }))
     }
 
     async fn service_list(&self, _: Request<()>) -> Result<Response<m::ServiceListResponse>, Status> {

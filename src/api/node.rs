@@ -67,6 +67,36 @@ pub enum StoreMode {
     Try(Duration),
 }
 
+/// Talos's `ResetRequest.WipeMode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WipeMode {
+    #[default]
+    All,
+    SystemDisk,
+    UserDisks,
+}
+
+impl WipeMode {
+    pub fn from_wire(mode: i32) -> Option<WipeMode> {
+        match mode {
+            0 => Some(WipeMode::All),
+            1 => Some(WipeMode::SystemDisk),
+            2 => Some(WipeMode::UserDisks),
+            _ => None,
+        }
+    }
+}
+
+/// A Reset request, off the wire.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResetRequest {
+    pub reboot: bool,
+    pub mode: WipeMode,
+    /// (label, wipe) of each system partition named.
+    pub system_partitions: Vec<(String, bool)>,
+    pub user_disks: Vec<String>,
+}
+
 /// The right to apply, held for the length of one ApplyConfiguration call.
 pub trait ApplyPermit: Send {
     /// Stores (already validated) `text`.
@@ -84,8 +114,9 @@ pub trait Node: Send + Sync + 'static {
     fn platform(&self) -> (String, String);
     /// Asks for a reboot or power-off; returns once it is underway.
     fn power(&self, action: PowerAction) -> Result<(), Status>;
-    /// Forgets the stored configuration, then reboots or powers off.
-    async fn reset(&self, reboot: bool) -> Result<(), Status>;
+    /// Wipes what `request` names (see `machined::reset`), forgetting the configuration with
+    /// STATE, then reboots or powers off; a bad request is refused before anything changes.
+    async fn reset(&self, request: ResetRequest) -> Result<(), Status>;
     fn services(&self) -> Vec<ServiceInfo>;
     async fn service(&self, id: &str, action: ServiceAction) -> Result<(), Status>;
     /// The log of a service, or of `machined` itself.

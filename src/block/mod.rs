@@ -3,7 +3,7 @@
 //! the two file systems a nocloud seed comes on (vfat and ISO 9660) and the files of their
 //! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
 //! META partition's key/value format and its one writer (`meta`), and the CEL expressions that
-//! volume configs select disks and locate volumes with (`selector`).
+//! volume configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`).
 
 pub mod fat;
 pub mod format;
@@ -13,6 +13,7 @@ pub mod meta;
 pub mod probe;
 pub mod selector;
 pub mod sysblock;
+pub mod wipe;
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};

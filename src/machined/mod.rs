@@ -20,6 +20,7 @@ pub mod acquire;
 pub mod config_store;
 pub mod modules;
 pub mod node;
+pub mod reset;
 mod state_volume;
 
 use std::net::IpAddr;
@@ -239,7 +240,11 @@ fn become_pid1() {
     }
 }
 
-/// The last steps of PID 1: sync, unmount, reboot(2). Never returns.
+/// The devices a Reset asked to wipe, wiped by [`power_down`] once nothing is mounted on
+/// them.
+pub(crate) static RESET_WIPES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The last steps of PID 1: sync, unmount, a Reset's wipes, reboot(2). Never returns.
 fn power_down(action: PowerAction) -> ! {
     // Whatever is left (orphans, anything that left its service's process group) would keep
     // filesystems busy: ask it to stop, then make it.
@@ -255,6 +260,16 @@ fn power_down(action: PowerAction) -> ! {
     power::sync();
     for failure in power::unmount_all() {
         console::line(&format!("{action}: {failure} (skipped)"));
+    }
+    let wipes = match RESET_WIPES.lock() {
+        Ok(mut w) => std::mem::take(&mut *w),
+        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+    };
+    for device in wipes {
+        match crate::block::wipe::fast_wipe(&device) {
+            Ok(size) => console::line(&format!("reset: wiped {} ({} bytes)", device.display(), size)),
+            Err(e) => console::line(&format!("reset: {e}; it is left as it was")),
+        }
     }
     power::sync();
     console::line(&format!("{action}: now"));
@@ -437,6 +452,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         log,
         power: requests.clone(),
         meta,
+        state: (*mode == Mode::Node).then(|| state.clone()),
     });
     let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
     {

@@ -12,7 +12,8 @@ use tonic::Status;
 use super::config_store::{ApplyGuard, ConfigStore};
 use crate::api::events::EventLog;
 use crate::api::node::{
-    ApplyPermit, LogSource, Node, NodeMode, PowerAction, ServiceAction, ServiceEventInfo, ServiceInfo, StoreMode,
+    ApplyPermit, LogSource, Node, NodeMode, PowerAction, ResetRequest, ServiceAction, ServiceEventInfo, ServiceInfo,
+    StoreMode,
 };
 use crate::kernel::power::PowerAction as Power;
 use crate::services::{LogRing, Supervisor, SupervisorError};
@@ -29,6 +30,30 @@ pub struct MachineNode {
     pub log: LogRing,
     pub power: mpsc::UnboundedSender<Power>,
     pub meta: Arc<crate::block::meta::MetaStore>,
+    /// The node's resources (volumes and disks, for Reset); `None` in container mode, where
+    /// the node has no disks of its own.
+    pub state: Option<crate::cosi::State>,
+}
+
+impl MachineNode {
+    /// The volumes, disks and system disk the node knows now.
+    fn storage(&self) -> super::reset::Storage {
+        use crate::resources::block::{Disk, NAMESPACE, SystemDisk, VolumeStatus};
+        let Some(state) = &self.state else { return super::reset::Storage::default() };
+        super::reset::Storage {
+            volumes: state
+                .list::<VolumeStatus>(NAMESPACE)
+                .iter()
+                .map(|v| (v.metadata().id.clone(), v.spec().location.clone()))
+                .collect(),
+            disks: state
+                .list::<Disk>(NAMESPACE)
+                .iter()
+                .map(|d| (d.spec().dev_path.clone(), d.spec().readonly))
+                .collect(),
+            system_disk: state.get::<SystemDisk>(NAMESPACE, SystemDisk::ID).ok().map(|d| d.spec().dev_path.clone()),
+        }
+    }
 }
 
 struct Ring(LogRing);
@@ -94,13 +119,24 @@ impl Node for MachineNode {
         self.power.send(action).map_err(|_| Status::unavailable("machined is already going down"))
     }
 
-    async fn reset(&self, reboot: bool) -> Result<(), Status> {
+    async fn reset(&self, request: ResetRequest) -> Result<(), Status> {
+        let storage = self.storage();
+        let plan = super::reset::plan(&request, &storage).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let guard = self
             .store
             .begin_apply()
             .ok_or_else(|| Status::failed_precondition("a configuration apply is in progress"))?;
-        self.store.forget(&guard).map_err(|e| Status::internal(e.to_string()))?;
-        self.power(if reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
+        if plan.forget_config {
+            self.store.forget(&guard).map_err(|e| Status::internal(e.to_string()))?;
+        }
+        for device in &plan.wipe {
+            crate::kernel::console::line(&format!("reset: {} is wiped before the node goes down", device.display()));
+        }
+        match super::RESET_WIPES.lock() {
+            Ok(mut w) => *w = plan.wipe,
+            Err(poisoned) => *poisoned.into_inner() = plan.wipe,
+        }
+        self.power(if request.reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
     }
 
     fn meta(&self) -> Arc<crate::block::meta::MetaStore> {

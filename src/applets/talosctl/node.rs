@@ -155,6 +155,16 @@ pub struct ResetArgs {
     /// Reboot afterwards instead of powering off.
     #[arg(long)]
     reboot: bool,
+    /// Wipe only these system volumes (e.g. STATE,EPHEMERAL); without it the whole system
+    /// disk is wiped (unless --wipe-mode user-disks).
+    #[arg(long, value_delimiter = ',')]
+    system_labels_to_wipe: Vec<String>,
+    /// Also wipe these disks (device paths, e.g. /dev/vdb); never the system disk.
+    #[arg(long, value_delimiter = ',')]
+    user_disks_to_wipe: Vec<String>,
+    /// What to wipe: all, system-disk or user-disks.
+    #[arg(long, default_value = "all", value_parser = ["all", "system-disk", "user-disks"])]
+    wipe_mode: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -803,7 +813,22 @@ fn power(cli: &Cli, what: Power) -> ExitCode {
                     r.await.map_err(st)?.into_inner().messages.into_iter().map(|m| m.actor_id).collect()
                 }
                 Power::Reset(a) => {
-                    let request = m::ResetRequest { graceful: a.graceful, reboot: a.reboot, ..Default::default() };
+                    let mode = match a.wipe_mode.as_str() {
+                        "system-disk" => m::reset_request::WipeMode::SystemDisk,
+                        "user-disks" => m::reset_request::WipeMode::UserDisks,
+                        _ => m::reset_request::WipeMode::All,
+                    };
+                    let request = m::ResetRequest {
+                        graceful: a.graceful,
+                        reboot: a.reboot,
+                        system_partitions_to_wipe: a
+                            .system_labels_to_wipe
+                            .iter()
+                            .map(|label| m::ResetPartitionSpec { label: label.clone(), wipe: true })
+                            .collect(),
+                        user_disks_to_wipe: a.user_disks_to_wipe.clone(),
+                        mode: mode as i32,
+                    };
                     let r = machine.reset(session.request(&target, request)).await.map_err(st)?;
                     r.into_inner().messages.into_iter().map(|m| m.actor_id).collect()
                 }
