@@ -2,13 +2,15 @@
 //! placed and written for the imager and the volume manager), the node's own blkid (`probe`),
 //! the two file systems a nocloud seed comes on (vfat and ISO 9660) and the files of their
 //! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
-//! META partition's key/value format and its one writer (`meta`), and the CEL expressions that
-//! volume configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`).
+//! META partition's key/value format and its one writer (`meta`), LUKS2 headers, keyslots and
+//! dm-crypt tables (`luks2`), the CEL expressions that volume configs select disks and locate
+//! volumes with (`selector`), and the fast wipe (`wipe`).
 
 pub mod fat;
 pub mod format;
 pub mod gpt;
 pub mod iso9660;
+pub mod luks2;
 pub mod meta;
 pub mod probe;
 pub mod selector;
