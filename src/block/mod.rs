@@ -1,8 +1,9 @@
 //! Block devices and what is on them, read without mounting: the GUID partition table (read,
 //! placed and written for the imager and the volume manager), the node's own blkid (`probe`),
 //! the two file systems a nocloud seed comes on (vfat and ISO 9660) and the files of their
-//! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), and
-//! the CEL expressions that volume configs select disks and locate volumes with (`selector`).
+//! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
+//! swap area header (`swap`), and the CEL expressions that volume configs select disks and
+//! locate volumes with (`selector`).
 
 pub mod fat;
 pub mod format;
@@ -10,6 +11,7 @@ pub mod gpt;
 pub mod iso9660;
 pub mod probe;
 pub mod selector;
+pub mod swap;
 pub mod sysblock;
 
 use std::fs::File;
