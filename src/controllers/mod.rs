@@ -116,6 +116,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(block::SystemDiskController)));
     all.push((Scope::NodeOnly, Box::new(block::VolumeConfigController)));
     all.push((Scope::NodeOnly, Box::new(block::VolumeManagerController::new(env.supervisor.reaper()))));
+    all.push((Scope::NodeOnly, Box::new(block::MountRequestController)));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);
