@@ -56,6 +56,13 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        self.undo();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Scratch {
+    fn undo(&self) {
         if !self.disk.is_empty() {
             let prefix = format!("/dev/{}p", self.disk);
             let swaps = std::fs::read_to_string("/proc/swaps").unwrap_or_default();
@@ -71,7 +78,6 @@ impl Drop for Scratch {
         for t in mounted {
             let _ = rustix::mount::unmount(&t, rustix::mount::UnmountFlags::DETACH);
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -207,12 +213,19 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     std::fs::write(staging.join("hello"), "kept from before\n").unwrap();
     mount::unmount(&staging).expect("unmounting the old volume");
 
+    // A second, blank disk for a whole-disk user volume.
+    let blank = scratch.dir.join("blank.img");
+    std::fs::File::create(&blank).and_then(|f| f.set_len(256 * MIB)).expect("creating the blank disk image");
+    let blank_device = loopdev::attach_for_partitioning(&blank, Path::new("/dev")).expect("attaching the blank disk");
+    let blank_name = format!("loop{}", blank_device.number());
+    let blank_path = format!("/dev/{blank_name}");
+
     let reaper = Reaper::new(ReapMode::Own);
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::spawn(reaper.clone().run(cancel.clone()));
     let root = scratch.root();
     let controllers: Vec<Box<dyn Controller>> = vec![
-        Box::new(DevicesController::new().only(name.clone())),
+        Box::new(DevicesController::new().only([name.clone(), blank_name.clone()])),
         Box::new(DisksController::new()),
         Box::new(DiscoveryController::new()),
         Box::new(SystemDiskController),
@@ -239,6 +252,12 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         "name: logs\nprovisioning:\n  diskSelector:\n    match: system_disk && disk.size > 2u * GiB\n  minSize: 100MiB\nfilesystem:\n  type: ext4\nmount:\n  disableAccessTime: true\n",
     );
     let scratch_dir = doc("UserVolumeConfig", "name: scratch\nvolumeType: directory\n");
+    let whole = doc(
+        "UserVolumeConfig",
+        &format!(
+            "name: whole\nvolumeType: disk\nprovisioning:\n  diskSelector:\n    match: disk.dev_path == '{blank_path}'\n"
+        ),
+    );
     let raw = doc(
         "RawVolumeConfig",
         "name: raw\nprovisioning:\n  diskSelector:\n    match: system_disk\n  minSize: 64MiB\n  maxSize: 64MiB\n",
@@ -260,13 +279,26 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         data.clone(),
         logs.clone(),
         scratch_dir.clone(),
+        whole.clone(),
         raw.clone(),
         swap_doc.clone(),
         existing(true),
     ];
     h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, config(&all)).unwrap();
 
-    for id in ["META", "STATE", "EPHEMERAL", "/var/mnt", "u-data", "u-logs", "u-scratch", "r-raw", "s-swap", "e-old"] {
+    for id in [
+        "META",
+        "STATE",
+        "EPHEMERAL",
+        "/var/mnt",
+        "u-data",
+        "u-logs",
+        "u-scratch",
+        "u-whole",
+        "r-raw",
+        "s-swap",
+        "e-old",
+    ] {
         h.assert_eventually::<VolumeStatus, _>(NAMESPACE, id, &format!("{id} ready"), ready).await;
     }
     let mounted = [
@@ -276,6 +308,7 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         ("u-data", "/var/mnt/data"),
         ("u-logs", "/var/mnt/logs"),
         ("u-scratch", "/var/mnt/scratch"),
+        ("u-whole", "/var/mnt/whole"),
         ("e-old", "/var/mnt/old"),
         ("s-swap", "/"),
     ];
@@ -354,6 +387,11 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(var.join("mnt/scratch")).unwrap().permissions().mode() & 0o777, 0o755);
     assert_eq!(std::fs::metadata(&data_path).unwrap().permissions().mode() & 0o777, 0o755);
+    let whole_ids = blkid(&blank_path);
+    assert_eq!(whole_ids.get("TYPE").map(String::as_str), Some("xfs"), "the whole disk formatted: {whole_ids:?}");
+    assert_eq!(whole_ids.get("PTTYPE"), None, "and not partitioned");
+    let m = mount_at(&var.join("mnt/whole")).expect("the whole-disk volume in the mount table");
+    assert_eq!((m.source.as_str(), m.fstype.as_str()), (blank_path.as_str(), "xfs"));
     let old_path = var.join("mnt/old");
     let m = mount_at(&old_path).expect("the existing volume in the mount table");
     assert_eq!((m.source.as_str(), m.fstype.as_str()), (part(2).as_str(), "ext4"));
@@ -382,7 +420,7 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         config(&[ephemeral.clone(), logs.clone(), raw.clone(), existing(false)]),
     )
     .unwrap();
-    for id in ["u-data", "u-scratch", "s-swap"] {
+    for id in ["u-data", "u-scratch", "u-whole", "s-swap"] {
         h.assert_absent::<VolumeConfig>(NAMESPACE, id).await;
         h.assert_absent::<VolumeStatus>(NAMESPACE, id).await;
         h.assert_absent::<MountStatus>(NAMESPACE, id).await;
@@ -405,6 +443,8 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         assert_eq!((got.as_str(), &unique), (label, &part_guids[label]), "partition {n} kept");
     }
     assert_eq!(blkid(&part(7)).get("TYPE").map(String::as_str), Some("xfs"));
+    assert_eq!(blkid(&blank_path).get("UUID"), whole_ids.get("UUID"), "the whole disk's filesystem kept");
+    assert!(mount_at(&var.join("mnt/whole")).is_none(), "the whole disk unmounted");
 
     // Put back: the same partition is found again, with what was written on it.
     h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, config(&[ephemeral, logs, raw, existing(false), data])).unwrap();
@@ -418,4 +458,5 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     cancel.cancel();
     drop(disk);
     drop(device);
+    drop(blank_device);
 }

@@ -22,7 +22,7 @@ pub struct DevicesController {
     changed: Changed,
     generations: BTreeMap<String, (BlockDevice, u64)>,
     listen: bool,
-    only: Option<String>,
+    only: Option<Vec<String>>,
 }
 
 impl DevicesController {
@@ -43,10 +43,10 @@ impl DevicesController {
         }
     }
 
-    /// Sees only the disk `name` and its partitions: a test's loop device, among a host's
-    /// disks the volume controllers must never touch.
-    pub fn only(mut self, name: impl Into<String>) -> Self {
-        self.only = Some(name.into());
+    /// Sees only the disks `names` and their partitions: a test's loop devices, among a
+    /// host's disks the volume controllers must never touch.
+    pub fn only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.only = Some(names.into_iter().map(Into::into).collect());
         self
     }
 }
@@ -116,7 +116,10 @@ impl Controller for DevicesController {
         let mut next = BTreeMap::new();
         ctx.start_tracking_outputs();
         let only = self.only.clone();
-        for l in listed.into_iter().filter(|l| only.as_ref().is_none_or(|d| &l.name == d || &l.device.parent == d)) {
+        let seen = |l: &sysblock::Listed| {
+            only.as_ref().is_none_or(|disks| disks.iter().any(|d| &l.name == d || &l.device.parent == d))
+        };
+        for l in listed.into_iter().filter(seen) {
             let generation = match self.generations.get(&l.name) {
                 Some((seen, g)) if *seen == l.device && !changed.contains(&l.name) => *g,
                 Some((_, g)) => g + 1,
