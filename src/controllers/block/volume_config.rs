@@ -653,8 +653,10 @@ mod tests {
             ("host", FilesystemType::Virtiofs)
         );
 
-        // Who is mounted, and how: `secure` is nosuid, nodev and noexec for the documents.
-        let requests: Vec<(&str, Option<(bool, bool, bool)>)> =
+        // Who is mounted, and how (read-only, secure, noexec): `secure` is nosuid, nodev and
+        // noexec for the documents.
+        type Flags = Option<(bool, bool, bool)>;
+        let requests: Vec<(&str, Flags)> =
             all.iter().map(|r| (r.id.as_str(), r.mount.as_ref().map(|m| (m.read_only, m.secure, m.no_exec)))).collect();
         assert_eq!(
             requests,
