@@ -247,6 +247,13 @@ fn three_nodes_are_configured_and_driven_through_the_api() {
     let typo = ctl.fails(&["apply-config", "-f", "typo.yaml"]);
     assert!(typo.contains("machine.tpye"), "{typo}");
     assert_eq!(ctl.ok(&["get", "mc", "v1alpha1"]), before);
+    // So does one whose volume selector does not compile: refused with its document and field.
+    let mut selector = std::fs::read_to_string(dir.join("controlplane.yaml")).unwrap();
+    selector.push_str("---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nprovisioning:\n  diskSelector:\n    match: disk.size >\n  minSize: 1GiB\n");
+    std::fs::write(dir.join("selector.yaml"), selector).unwrap();
+    let refused = ctl.fails(&["apply-config", "-f", "selector.yaml"]);
+    assert!(refused.contains("UserVolumeConfig data: provisioning.diskSelector.match: CEL expression"), "{refused}");
+    assert_eq!(ctl.ok(&["get", "mc", "v1alpha1"]), before);
     // A patch: dry run first (a diff, nothing applied), then for real.
     let patch = r#"{"machine": {"network": {"hostname": "cp-one"}}}"#;
     let dry = ctl.ok(&["patch", "machineconfig", "-p", patch, "--dry-run"]);

@@ -134,6 +134,17 @@ fn talosctl_validate_checks_a_config_with_volume_documents() {
         "{}",
         text(&out)
     );
+    // A selector that does not compile is refused with the document and the field.
+    let cel = dir.join("cel.yaml");
+    std::fs::write(&cel, format!("{base}---\napiVersion: v1alpha1\nkind: UserVolumeConfig\nname: data\nprovisioning:\n  diskSelector:\n    match: disk.size > 10\n  minSize: 1GiB\n")).unwrap();
+    let out = run(&cel, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out)
+            .contains("UserVolumeConfig data: provisioning.diskSelector.match: CEL expression \"disk.size > 10\""),
+        "{}",
+        text(&out)
+    );
     let out = Command::new(bin()).args(["talosctl", "validate", "-m", "moon", "-c"]).arg(&good).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("unknown runtime mode: \"moon\""), "{}", text(&out));

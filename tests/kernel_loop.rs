@@ -307,3 +307,62 @@ fn gpt_partitions_reach_the_kernel_through_blkpg() {
     assert!(wait_detached(number), "{name} still attached after its last user closed it");
     assert_eq!(kernel_partition(&name, 1), None, "partitions gone with the device");
 }
+
+/// A swap header written by `block::swap` on a loop device is what blkid reads, what the
+/// kernel takes with `swapon(2)` through `kernel::swap`, and what util-linux's swapon takes.
+#[test]
+fn a_swap_area_we_write_is_enabled_by_the_kernel() {
+    use talosbox::kernel::swap;
+    const MIB: u64 = 1 << 20;
+    require_root();
+    let scratch = Scratch::new("swap-loop");
+    let image = scratch.dir.join("swap.img");
+    std::fs::File::create(&image).and_then(|f| f.set_len(32 * MIB)).expect("creating the image");
+    let device = loopdev::attach_for_partitioning(&image, Path::new("/dev")).expect("attaching the image");
+    let path = device.path().to_path_buf();
+    // Whatever happens below, the area is not left enabled.
+    struct Off(PathBuf);
+    impl Drop for Off {
+        fn drop(&mut self) {
+            if swap::is_active(&self.0) {
+                let _ = swap::off(&self.0);
+            }
+        }
+    }
+    let _off = Off(path.clone());
+
+    let page_size = rustix::param::page_size();
+    let uuid = *b"\x5b\x1e\x8c\x0d\x4e\x2a\x4f\x10\x9a\x77\x13\x5c\x60\x2e\x81\xf4";
+    let page = talosbox::block::swap::header(page_size, 32 * MIB, uuid, "s-test").unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let dev = std::fs::OpenOptions::new().write(true).open(&path).expect("opening the loop device");
+        dev.write_all_at(&page, 0).and_then(|()| dev.sync_all()).expect("writing the header");
+    }
+    let out = Command::new("blkid").args(["-p", "-o", "export"]).arg(&path).output().expect("running blkid");
+    let ids = String::from_utf8_lossy(&out.stdout);
+    for want in ["TYPE=swap", "LABEL=s-test", "UUID=5b1e8c0d-4e2a-4f10-9a77-135c602e81f4", "VERSION=1"] {
+        assert!(ids.lines().any(|l| l == want), "{want} in\n{ids}");
+    }
+
+    swap::on(&path, swap::DISCARD_ONCE).expect("swapon");
+    assert!(swap::is_active(&path));
+    let swaps = std::fs::read_to_string("/proc/swaps").unwrap();
+    let line = swaps.lines().find(|l| l.starts_with(&path.display().to_string())).expect("in /proc/swaps");
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    // All pages but the header's, in KiB.
+    let kib = (32 * MIB / page_size as u64 - 1) * page_size as u64 / 1024;
+    assert_eq!((fields[1], fields[2]), ("partition", kib.to_string().as_str()), "{line}");
+    let again = swap::on(&path, 0).expect_err("enabling it twice");
+    assert!(again.to_string().starts_with(&format!("enabling swap on {}: ", path.display())), "{again}");
+    swap::off(&path).expect("swapoff");
+    assert!(!swap::is_active(&path));
+
+    // util-linux takes the same area.
+    let on = Command::new("swapon").arg(&path).output().expect("running swapon");
+    assert!(on.status.success(), "swapon: {}", String::from_utf8_lossy(&on.stderr));
+    assert!(swap::is_active(&path));
+    let off = Command::new("swapoff").arg(&path).output().expect("running swapoff");
+    assert!(off.status.success(), "swapoff: {}", String::from_utf8_lossy(&off.stderr));
+    assert!(!swap::is_active(&path));
+}

@@ -3,8 +3,8 @@
 //! the two file systems a nocloud seed comes on (vfat and ISO 9660) and the files of their
 //! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
 //! META partition's key/value format and its one writer (`meta`), LUKS2 headers, keyslots and
-//! dm-crypt tables (`luks2`), the CEL expressions that volume configs select disks and locate
-//! volumes with (`selector`), and the fast wipe (`wipe`).
+//! dm-crypt tables (`luks2`), the swap area header (`swap`), the CEL expressions that volume
+//! configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`).
 
 pub mod fat;
 pub mod format;
@@ -14,6 +14,7 @@ pub mod luks2;
 pub mod meta;
 pub mod probe;
 pub mod selector;
+pub mod swap;
 pub mod sysblock;
 pub mod wipe;
 

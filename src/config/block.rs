@@ -9,10 +9,11 @@
 //! every error names its document and field
 //! (`UserVolumeConfig data: provisioning.minSize: "10 parsecs" is not a size: ...`).
 //!
-//! CEL selectors are kept as their source text with the environment they are evaluated in.
-//! Compiling them is the CEL module's job, not this one's: [`BlockView::cel_expressions`] lists
-//! every expression with its document and path, for that check to refuse a bad one at apply
-//! time. Which disk a selector picks needs the node's disks and is never decided here.
+//! CEL selectors are kept as their source text with the environment they are evaluated in,
+//! and compiled once here ([`Config::block`] through [`BlockView::cel_expressions`]), so a
+//! syntax error, an unknown field or a result that is not a bool is refused when the config is
+//! applied, naming the document and the field, before anything acts on it. Which disk a
+//! selector picks needs the node's disks and is never decided here.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -179,6 +180,16 @@ pub enum CelEnv {
 pub struct CelExpression {
     source: String,
     env: CelEnv,
+}
+
+impl CelEnv {
+    /// The CEL module's environment of the same name.
+    pub fn selector_env(self) -> crate::block::selector::Env {
+        match self {
+            CelEnv::DiskLocator => crate::block::selector::Env::DiskLocator,
+            CelEnv::VolumeLocator => crate::block::selector::Env::VolumeLocator,
+        }
+    }
 }
 
 impl CelExpression {
@@ -1078,6 +1089,12 @@ impl Config {
             }
         }
         self.refuse_double_system_disk_encryption(&view)?;
+        for site in view.cel_expressions() {
+            let expression = site.expression;
+            crate::block::selector::Expression::compile(expression.as_str(), expression.env().selector_env()).map_err(
+                |e| ConfigError::Invalid { doc: site.doc.clone(), path: site.path.clone(), reason: e.to_string() },
+            )?;
+        }
         Ok(view)
     }
 
@@ -1725,6 +1742,65 @@ mod tests {
                 ),
                 ("SwapVolumeConfig sw".to_string(), disk, "!system_disk", CelEnv::DiskLocator),
             ]
+        );
+    }
+
+    #[test]
+    fn a_bad_selector_is_refused_at_load_with_its_place() {
+        let sel = |kind: &str, name: &str, expr: &str| {
+            doc(kind, &format!("name: {name}\nprovisioning:\n  diskSelector:\n    match: '{expr}'\n  maxSize: 1GiB\n"))
+        };
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                sel("UserVolumeConfig", "data", "disk.size >"),
+                "UserVolumeConfig data",
+                "provisioning.diskSelector.match",
+            ),
+            (
+                sel("RawVolumeConfig", "raw", "disk.nosuchfield"),
+                "RawVolumeConfig raw",
+                "provisioning.diskSelector.match",
+            ),
+            (sel("SwapVolumeConfig", "swap", "disk.size"), "SwapVolumeConfig swap", "provisioning.diskSelector.match"),
+            (
+                sel("UserVolumeConfig", "data", "volume.partition_label == \"x\""),
+                "UserVolumeConfig data",
+                "provisioning.diskSelector.match",
+            ),
+            (
+                doc("VolumeConfig", "name: EPHEMERAL\nprovisioning:\n  diskSelector:\n    match: 'disk.size > 10'\n"),
+                "VolumeConfig EPHEMERAL",
+                "provisioning.diskSelector.match",
+            ),
+            (
+                doc("ExistingVolumeConfig", "name: old\ndiscovery:\n  volumeSelector:\n    match: 'system_disk'\n"),
+                "ExistingVolumeConfig old",
+                "discovery.volumeSelector.match",
+            ),
+        ];
+        for (text, want_doc, want_path) in cases {
+            match view(&text) {
+                Err(ConfigError::Invalid { doc, path, reason }) => {
+                    assert_eq!((doc.as_str(), path.as_str()), (want_doc, want_path), "{text}");
+                    assert!(reason.starts_with("CEL expression "), "{reason}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        // The message as a user reads it.
+        let err = view(&sel("UserVolumeConfig", "data", "disk.nosuchfield")).unwrap_err().to_string();
+        assert!(
+            err.starts_with(
+                "UserVolumeConfig data: provisioning.diskSelector.match: CEL expression \"disk.nosuchfield\": "
+            ),
+            "{err}"
+        );
+        assert!(err.contains("nosuchfield"), "{err}");
+        // What compiles is kept as written.
+        let ok = view(&sel("UserVolumeConfig", "data", "!system_disk && disk.size > 10u * GiB")).unwrap();
+        assert_eq!(
+            ok.user_volumes[0].provisioning.disk_selector.as_ref().unwrap().as_str(),
+            "!system_disk && disk.size > 10u * GiB"
         );
     }
 

@@ -133,6 +133,13 @@ const EFFECTS: &[(&str, &str, Effect)] = &[
     ("@security", "", Effect::Live),
     ("@siderolink", "", Effect::Live),
     ("@block", "", Effect::Reboot),
+    // The volume controllers make, mount and take down these volumes on the running node; a
+    // volume already made keeps its partition and filesystem (sizes apply to new ones).
+    ("UserVolumeConfig", "", Effect::Live),
+    ("RawVolumeConfig", "", Effect::Live),
+    ("ExistingVolumeConfig", "", Effect::Live),
+    ("ExternalVolumeConfig", "", Effect::Live),
+    ("SwapVolumeConfig", "", Effect::Live),
     ("FilesystemTrimConfig", "", Effect::Live),
     ("FilesystemScrubConfig", "", Effect::Live),
     ("@storage", "", Effect::Reboot),
@@ -409,6 +416,11 @@ mod tests {
         assert_eq!(effect(link, &p("mtu")), Effect::Live);
         let volume = kind("VolumeConfig", "v1alpha1").unwrap();
         assert_eq!(effect(volume, &p("provisioning.maxSize")), Effect::Reboot);
+        for live in
+            ["UserVolumeConfig", "RawVolumeConfig", "ExistingVolumeConfig", "ExternalVolumeConfig", "SwapVolumeConfig"]
+        {
+            assert_eq!(effect(kind(live, "v1alpha1").unwrap(), &p("provisioning.maxSize")), Effect::Live, "{live}");
+        }
         let trim = kind("FilesystemTrimConfig", "v1alpha1").unwrap();
         assert_eq!(effect(trim, &p("interval")), Effect::Live);
         let sysctl = kind("SysctlConfig", "v1alpha1").unwrap();

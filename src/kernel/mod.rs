@@ -1,6 +1,6 @@
 //! Kernel adapters: thin, typed wrappers over the syscalls and kernel files the node needs
 //! (mounts, loop devices, block devices and their partitions, module loading, the kernel
-//! command line, rtnetlink, network namespaces, the hostname and UTS namespaces).
+//! command line, rtnetlink, network namespaces, the hostname and UTS namespaces, swap areas).
 //!
 //! This is the only place in the crate allowed to hold `unsafe`, each block with a `// SAFETY:`
 //! line. Parsing and decisions stay pure and table-tested here; the code that touches the kernel
@@ -20,6 +20,7 @@ pub mod netlink;
 pub mod netns;
 pub mod power;
 pub mod procfs;
+pub mod swap;
 pub mod udp;
 pub mod uevent;
 pub mod uts;

@@ -1,14 +1,16 @@
-//! Mounts for early boot: the kernel's pseudo filesystems, tmpfs, read-only squashfs, moving
-//! mounts, and `switch_root` from the initramfs into the real root.
+//! Mounts: for early boot the kernel's pseudo filesystems, tmpfs, read-only squashfs, moving
+//! mounts, and `switch_root` from the initramfs into the real root; for volumes, bind mounts
+//! with their own flags and the unmount of a volume taken away.
 //!
 //! Every error names the filesystem type, the source and the target, because at PID 1 the error
-//! text is all anyone gets. These helpers only ever mount, move and chroot; they never unmount or
-//! delete anything except [`free_initramfs`], which deletes only files on the initramfs itself.
+//! text is all anyone gets. These helpers mount, move, chroot and unmount the one target they
+//! are given; they never delete anything except [`free_initramfs`], which deletes only files
+//! on the initramfs itself.
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
-use rustix::mount::{MountFlags, mount, mount_move};
+use rustix::mount::{MountFlags, UnmountFlags, mount, mount_bind, mount_move, mount_remount, unmount as umount};
 
 /// Errors from mounting and switching root.
 #[derive(Debug, thiserror::Error)]
@@ -17,6 +19,10 @@ pub enum MountError {
     MakeDir { target: PathBuf, source: std::io::Error },
     #[error("mounting {fstype} {source_name} on {}: {source}", target.display())]
     Mount { fstype: String, source_name: String, target: PathBuf, source: std::io::Error },
+    #[error("bind-mounting {} on {}: {source}", from.display(), to.display())]
+    Bind { from: PathBuf, to: PathBuf, source: std::io::Error },
+    #[error("unmounting {}: {source}", target.display())]
+    Unmount { target: PathBuf, source: std::io::Error },
     #[error("moving mount {} to {}: {source}", from.display(), to.display())]
     Move { from: PathBuf, to: PathBuf, source: std::io::Error },
     #[error("switching root to {}: {step}: {source}", new_root.display())]
@@ -75,6 +81,35 @@ pub fn mount_spec(spec: &MountSpec<'_>) -> Result<(), MountError> {
         target: spec.target.to_path_buf(),
         source: e.into(),
     })
+}
+
+/// Bind-mounts `from` on `to` (created if missing), then gives the new mount `flags` (nosuid,
+/// nodev, noexec, read-only: a bind mount takes them only through a remount of itself).
+pub fn bind(from: &Path, to: &Path, flags: MountFlags) -> Result<(), MountError> {
+    ensure_dir(to)?;
+    let fail = |e: rustix::io::Errno| MountError::Bind { from: from.into(), to: to.into(), source: e.into() };
+    mount_bind(from, to).map_err(fail)?;
+    if !flags.is_empty() {
+        mount_remount(to, MountFlags::BIND | flags, c"").map_err(fail)?;
+    }
+    Ok(())
+}
+
+/// Changes the flags of the mount at `target` (`bind`: a bind mount, whose flags are its own
+/// and not its filesystem's), read-only and back included.
+pub fn remount(target: &Path, flags: MountFlags, bind: bool) -> Result<(), MountError> {
+    let flags = if bind { flags | MountFlags::BIND } else { flags };
+    mount_remount(target, flags, c"").map_err(|e| MountError::Mount {
+        fstype: "remount".to_string(),
+        source_name: String::new(),
+        target: target.into(),
+        source: e.into(),
+    })
+}
+
+/// Unmounts the mount at `target` (not lazily: a busy mount stays, and says so).
+pub fn unmount(target: &Path) -> Result<(), MountError> {
+    umount(target, UnmountFlags::empty()).map_err(|e| MountError::Unmount { target: target.into(), source: e.into() })
 }
 
 /// Whether `path` is the root of a mount: its device differs from its parent's.

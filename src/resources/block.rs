@@ -1,8 +1,9 @@
 //! Block resources, under Talos's names and fields (`<Plural>.block.talos.dev`, namespace
 //! `runtime`): the devices the kernel has (`BlockDevice`), the disks among them (`Disk`), what
 //! a probe found on each (`DiscoveredVolume`), which disk holds the OS (`SystemDisk`), the
-//! volumes the node wants (`VolumeConfig`) and how far each got (`VolumeStatus`), and the
-//! mounts made of them (`MountStatus`). Plain data: nothing here reads a device.
+//! volumes the node wants (`VolumeConfig`) and how far each got (`VolumeStatus`), who wants
+//! each mounted (`VolumeMountRequest`, merged into one `MountRequest` per ready volume), and
+//! the mounts made of them (`MountStatus`). Plain data: nothing here reads a device.
 //!
 //! Beyond Talos, a `VolumeStatus` says for every disk why it was or was not picked for the
 //! volume and what size the volume would get there (`diskMatches`), so a selector or a size
@@ -28,17 +29,29 @@ pub fn pretty_size(bytes: u64) -> String {
 
 macro_rules! definition {
     ($t:ty, $name:literal, [$($col:literal => $path:literal),* $(,)?]) => {
+        definition!($t, $name, NonSensitive, [$($col => $path),*]);
+    };
+    ($t:ty, $name:literal, $sensitivity:ident, [$($col:literal => $path:literal),* $(,)?]) => {
         impl ResourceSpec for $t {
             const DEFINITION: ResourceDefinition = ResourceDefinition {
                 type_name: $name,
                 aliases: &[],
                 default_namespace: NAMESPACE,
                 print_columns: &[$(PrintColumn { name: $col, json_path: $path }),*],
-                sensitivity: Sensitivity::NonSensitive,
+                sensitivity: Sensitivity::$sensitivity,
             };
         }
     };
 }
+
+/// Labels on a `VolumeConfig` (and the `VolumeStatus` and `VolumeMountRequest` made for it)
+/// saying what made it, as Talos sets them: the node's own volumes, or a document's kind.
+pub const SYSTEM_VOLUME_LABEL: &str = "talos.dev/system-volume";
+pub const USER_VOLUME_LABEL: &str = "talos.dev/user-volume";
+pub const RAW_VOLUME_LABEL: &str = "talos.dev/raw-volume";
+pub const EXISTING_VOLUME_LABEL: &str = "talos.dev/existing-volume";
+pub const EXTERNAL_VOLUME_LABEL: &str = "talos.dev/external-volume";
+pub const SWAP_VOLUME_LABEL: &str = "talos.dev/swap-volume";
 
 /// A block device the kernel has, disk or partition: Talos's `BlockDevice`, id the kernel
 /// name (`vda`, `vda3`). `generation` moves on every change event, so a prober knows to look
@@ -252,9 +265,23 @@ pub enum FilesystemType {
     Ext4,
     Iso9660,
     Swap,
+    Virtiofs,
 }
 
 impl FilesystemType {
+    /// What a probe's name (`xfs`, `extfs`, `swap`, …; `""` for nothing) says is on a volume,
+    /// as the filesystem to mount it with; `None` for nothing mountable known.
+    pub fn from_probe_name(name: &str) -> FilesystemType {
+        match name {
+            "xfs" => FilesystemType::Xfs,
+            "vfat" => FilesystemType::Vfat,
+            "extfs" => FilesystemType::Ext4,
+            "iso9660" => FilesystemType::Iso9660,
+            "swap" => FilesystemType::Swap,
+            _ => FilesystemType::None,
+        }
+    }
+
     /// The name the prober gives a volume carrying this filesystem (Talos's: ext2/3/4 are
     /// all `extfs`).
     pub fn probe_name(self) -> &'static str {
@@ -273,6 +300,7 @@ impl FilesystemType {
             FilesystemType::Ext4 => "ext4",
             FilesystemType::Iso9660 => "iso9660",
             FilesystemType::Swap => "swap",
+            FilesystemType::Virtiofs => "virtiofs",
         }
     }
 }
@@ -328,6 +356,9 @@ pub struct DiskSelector {
     /// CEL over `disk` and `system_disk`.
     #[serde(rename = "match", skip_serializing_if = "String::is_empty")]
     pub expression: String,
+    /// What an external volume mounts (a virtiofs tag), in place of a disk.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub external: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -372,25 +403,103 @@ pub struct ProvisioningSpec {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct LocatorSpec {
-    /// CEL over `volume`.
+    /// CEL over `volume` (and the `disk` it is on).
     #[serde(rename = "match", skip_serializing_if = "String::is_empty")]
     pub expression: String,
+    /// CEL over `disk`: the one disk a whole-disk volume is (`volumeType: disk`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub disk_match: String,
+}
+
+impl LocatorSpec {
+    pub fn is_empty(&self) -> bool {
+        self.expression.is_empty() && self.disk_match.is_empty()
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct MountSpec {
+    /// Where the volume is mounted: an absolute path, or with a parent a path under the
+    /// parent's mount (`data` under `/var/mnt`).
     pub target_path: String,
+    /// The volume whose mount this one goes under (its `MountStatus` id): the mount waits for
+    /// it, and is taken down before it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub parent_id: String,
     /// Octal permissions of the mount point once mounted (0: leave as the filesystem has it).
     #[serde(skip_serializing_if = "is_zero")]
     pub file_mode: u32,
+    /// A directory volume is also bind-mounted onto this path under the parent's mount (its
+    /// own, for a user directory), so the mount flags apply to it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bind_target: Option<String>,
+    /// xfs project quotas (`prjquota`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub project_quota_support: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub secure: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub no_exec: bool,
 }
 
-/// A volume the node wants: Talos's `VolumeConfig`, id the volume's name (`STATE`).
+/// Talos's `EncryptionKeyType`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EncryptionKeyType {
+    #[default]
+    #[serde(rename = "static")]
+    Static,
+    #[serde(rename = "nodeID")]
+    NodeId,
+    #[serde(rename = "kms")]
+    Kms,
+    #[serde(rename = "tpm")]
+    Tpm,
+}
+
+/// One LUKS2 key slot, as Talos's `EncryptionKey` holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EncryptionKey {
+    pub slot: u32,
+    #[serde(rename = "type")]
+    pub kind: EncryptionKeyType,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub lock_to_state: bool,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub static_passphrase: String,
+    #[serde(rename = "kmsEndpoint", skip_serializing_if = "String::is_empty")]
+    pub kms_endpoint: String,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tpm_check_secureboot_status_on_enroll: bool,
+    #[serde(rename = "pcrs", skip_serializing_if = "Vec::is_empty")]
+    pub tpm_pcrs: Vec<u8>,
+    #[serde(rename = "pubKeyPcrs", skip_serializing_if = "Vec::is_empty")]
+    pub tpm_pub_key_pcrs: Vec<u8>,
+}
+
+/// How a volume is encrypted: Talos's `EncryptionSpec`. Carried from the documents into the
+/// `VolumeConfig`; the volume manager does not act on it yet (LUKS2 is not there yet), so a
+/// volume with a provider is refused rather than made in the clear.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct EncryptionSpec {
+    pub provider: EncryptionProvider,
+    pub keys: Vec<EncryptionKey>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cipher: String,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub key_size: u32,
+    #[serde(skip_serializing_if = "is_zero64")]
+    pub block_size: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub perf_options: Vec<String>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub allow_discards: bool,
+}
+
+/// A volume the node wants: Talos's `VolumeConfig`, id the volume's name (`STATE`, `u-data`).
+/// Sensitive, as in Talos: the encryption keys may hold a passphrase.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct VolumeConfig {
@@ -399,11 +508,67 @@ pub struct VolumeConfig {
     #[serde(rename = "type")]
     pub kind: VolumeType,
     pub provisioning: ProvisioningSpec,
+    #[serde(skip_serializing_if = "is_no_encryption_spec")]
+    pub encryption: EncryptionSpec,
     pub locator: LocatorSpec,
     pub mount: MountSpec,
 }
 
-definition!(VolumeConfig, "VolumeConfigs.block.talos.dev", []);
+impl ProvisioningSpec {
+    /// Whether the volume is made by the node at all (Talos: a non-zero provisioning spec);
+    /// a volume that is not only waits to be found and never holds back a wave.
+    pub fn is_requested(&self) -> bool {
+        *self != ProvisioningSpec::default()
+    }
+}
+
+definition!(VolumeConfig, "VolumeConfigs.block.talos.dev", Sensitive, []);
+
+/// A wish to have a volume mounted: Talos's `VolumeMountRequest`, id the requester's choice
+/// (the volume's id for the volume documents). Several requests for one volume merge into
+/// one `MountRequest`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeMountRequest {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub requester: String,
+    pub read_only: bool,
+    pub detached: bool,
+    pub disable_access_time: bool,
+    pub secure: bool,
+    pub no_exec: bool,
+}
+
+definition!(VolumeMountRequest, "VolumeMountRequests.block.talos.dev", [
+    "Volume" => "{.volumeID}",
+    "Requester" => "{.requester}",
+]);
+
+/// What a ready volume is to be mounted with: Talos's `MountRequest`, id the volume's; the
+/// merge of its `VolumeMountRequest`s, with the parent mount it goes under.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct MountRequest {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    #[serde(rename = "parentMountID", skip_serializing_if = "String::is_empty")]
+    pub parent_mount_id: String,
+    pub requesters: Vec<String>,
+    #[serde(rename = "requesterIDs")]
+    pub requester_ids: Vec<String>,
+    pub read_only: bool,
+    pub detached: bool,
+    pub disable_access_time: bool,
+    pub secure: bool,
+    pub no_exec: bool,
+}
+
+definition!(MountRequest, "MountRequests.block.talos.dev", [
+    "Volume" => "{.volumeID}",
+    "Parent" => "{.parentMountID}",
+    "Requesters" => "{.requesters}",
+]);
 
 /// Why a disk was or was not picked for a volume, and the size it would get there.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -463,16 +628,21 @@ definition!(VolumeStatus, "VolumeStatuses.block.talos.dev", [
     "Size" => "{.prettySize}",
 ]);
 
-/// A mount the node made: Talos's `MountStatus`, id the volume's.
+/// A mount the node made: Talos's `MountStatus`, id the volume's (and its `MountRequest`'s).
+/// A swap area enabled is one too, at `/` as in Talos.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct MountStatus {
+    /// The request it carries out.
+    pub spec: MountRequest,
     pub source: String,
     pub target: String,
     pub filesystem: FilesystemType,
     #[serde(rename = "volumeID")]
     pub volume_id: String,
     pub read_only: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub project_quota_support: bool,
 }
 
 definition!(MountStatus, "MountStatuses.block.talos.dev", [
@@ -503,6 +673,9 @@ fn is_no_encryption(e: &EncryptionProvider) -> bool {
 fn is_default_mount(m: &MountSpec) -> bool {
     *m == MountSpec::default()
 }
+fn is_no_encryption_spec(e: &EncryptionSpec) -> bool {
+    *e == EncryptionSpec::default()
+}
 
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<BlockDevice>()?;
@@ -513,6 +686,8 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<SystemDisk>()?;
     registry.register::<VolumeConfig>()?;
     registry.register::<VolumeStatus>()?;
+    registry.register::<VolumeMountRequest>()?;
+    registry.register::<MountRequest>()?;
     registry.register::<MountStatus>()?;
     Ok(())
 }

@@ -22,6 +22,7 @@ pub struct DevicesController {
     changed: Changed,
     generations: BTreeMap<String, (BlockDevice, u64)>,
     listen: bool,
+    only: Option<Vec<String>>,
 }
 
 impl DevicesController {
@@ -33,7 +34,20 @@ impl DevicesController {
     /// Reads `sys_class_block`; with `listen`, also the kernel's uevents (tests of a fake
     /// tree wake the controller themselves).
     pub fn at(sys_class_block: PathBuf, listen: bool) -> Self {
-        DevicesController { sys_class_block, changed: Changed::default(), generations: BTreeMap::new(), listen }
+        DevicesController {
+            sys_class_block,
+            changed: Changed::default(),
+            generations: BTreeMap::new(),
+            listen,
+            only: None,
+        }
+    }
+
+    /// Sees only the disks `names` and their partitions: a test's loop devices, among a
+    /// host's disks the volume controllers must never touch.
+    pub fn only<S: Into<String>>(mut self, names: impl IntoIterator<Item = S>) -> Self {
+        self.only = Some(names.into_iter().map(Into::into).collect());
+        self
     }
 }
 
@@ -101,7 +115,11 @@ impl Controller for DevicesController {
         let changed = self.changed.lock().map(|mut c| std::mem::take(&mut *c)).unwrap_or_default();
         let mut next = BTreeMap::new();
         ctx.start_tracking_outputs();
-        for l in listed {
+        let only = self.only.clone();
+        let seen = |l: &sysblock::Listed| {
+            only.as_ref().is_none_or(|disks| disks.iter().any(|d| &l.name == d || &l.device.parent == d))
+        };
+        for l in listed.into_iter().filter(seen) {
             let generation = match self.generations.get(&l.name) {
                 Some((seen, g)) if *seen == l.device && !changed.contains(&l.name) => *g,
                 Some((_, g)) => g + 1,

@@ -15,6 +15,8 @@ pub use disks::DisksController;
 pub use system_disk::SystemDiskController;
 pub use volume_config::VolumeConfigController;
 pub mod mount;
+pub mod mount_request;
 pub use discovery::DiscoveryController;
 pub use mount::MountController;
+pub use mount_request::MountRequestController;
 pub use volume_manager::VolumeManagerController;

@@ -1,70 +1,403 @@
-//! `VolumeConfigController`: the volumes a node always wants, as Talos makes them —
-//! META (located only: the installer or the imager made it; 1 MiB, no filesystem), STATE
-//! (100 MiB, xfs, at `/system/state`, 0700, nosuid nodev noexec) and EPHEMERAL (at least
-//! 2 GiB, grown into the rest of the system disk, xfs, at `/var`), all in the system disk's
-//! wave. Pure: it writes `VolumeConfig`s and touches nothing.
+//! `VolumeConfigController`: the volumes a node wants, as Talos's controller and its
+//! transformers (`volumeconfig/{system,user}_volumes.go`) make them from the machine
+//! configuration, each a `VolumeConfig` labelled with where it came from, and for each one to
+//! be mounted a `VolumeMountRequest` of the same id.
+//!
+//! Always: META (located only: the installer or the imager made it; 1 MiB, no filesystem) and
+//! STATE (100 MiB, xfs, at `/system/state`, 0700, nosuid nodev noexec; provisioned before any
+//! configuration, since the configuration is kept on it). Once a configuration is in force:
+//! EPHEMERAL (at least 2 GiB, grown into the rest of the system disk unless its
+//! `VolumeConfig` document says otherwise, xfs, at `/var`), the `/var/mnt` directory under it,
+//! and one volume per volume document, in the user wave (0) so EPHEMERAL is provisioned
+//! first: `u-<name>` (a partition labelled so, a whole disk, or a directory), `r-<name>` (a
+//! partition left unformatted and unmounted), `e-<name>` (found by its selector, never made or
+//! formatted), `x-<name>` (a virtiofs share) and `s-<name>` (a swap partition, enabled). Each
+//! user, existing and external volume is mounted at `/var/mnt/<name>`: under the `/var/mnt`
+//! mount, which is under EPHEMERAL's, so it waits for both.
+//!
+//! Encryption written in a document is carried into the `VolumeConfig` as Talos carries it;
+//! the node does not encrypt yet, and the volume manager refuses such a volume rather than
+//! make it in the clear. A configuration whose volume documents do not read (one stored
+//! before a rule existed) changes nothing: the volumes already wanted stay. Pure: it writes
+//! resources and touches nothing.
 
-use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
-use crate::resources::block::{
-    DiskSelector, FilesystemSpec, FilesystemType, LocatorSpec, MountSpec, NAMESPACE, PartitionSpec, ProvisioningSpec,
-    VolumeConfig, VolumeType, WAVE_SYSTEM_DISK,
+use std::collections::BTreeMap;
+
+use crate::config::block::{
+    BlockView, Encryption, EncryptionProvider as ConfigProvider, FilesystemType as ConfigFilesystem, KeyKind,
+    MountOptions, Provisioning, Size, SystemVolume, USER_VOLUME_MOUNT_POINT, UserVolumeType,
 };
+use crate::cosi::{Context, Controller, Input, Output, Pointer, ReconcileError};
+use crate::resources::block::{
+    DiskSelector, EXISTING_VOLUME_LABEL, EXTERNAL_VOLUME_LABEL, EncryptionKey, EncryptionKeyType, EncryptionProvider,
+    EncryptionSpec, FilesystemSpec, FilesystemType, LocatorSpec, MountSpec, NAMESPACE, PartitionSpec, ProvisioningSpec,
+    RAW_VOLUME_LABEL, SWAP_VOLUME_LABEL, SYSTEM_VOLUME_LABEL, USER_VOLUME_LABEL, VolumeConfig, VolumeMountRequest,
+    VolumeType, WAVE_SYSTEM_DISK, WAVE_USER_VOLUMES,
+};
+use crate::resources::config::{self as cfg, MachineConfig};
 
 pub const STATE: &str = "STATE";
 pub const EPHEMERAL: &str = "EPHEMERAL";
 pub const META: &str = super::system_disk::META_VOLUME;
+/// The id of the `/var/mnt` directory volume, the parent of every user mount.
+pub const USER_VOLUME_MOUNT_ID: &str = USER_VOLUME_MOUNT_POINT;
 /// Talos's "Linux filesystem data" partition type.
 pub const LINUX_DATA: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+/// Talos's "Linux swap" partition type.
+pub const LINUX_SWAP: &str = "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F";
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
+/// Talos's `MinUserVolumeSize`: a user, raw or swap volume without a minimum gets this one.
+pub const MIN_USER_VOLUME_SIZE: u64 = 100 * MIB;
+/// EPHEMERAL's minimum unless its document says (Talos's `EphemeralMinSize`).
+pub const EPHEMERAL_MIN_SIZE: u64 = 2 * GIB;
+/// STATE's size (Talos's `StateSize`).
+pub const STATE_SIZE: u64 = 100 * MIB;
+/// Who the requests written here are from.
+pub const REQUESTER: &str = "VolumeConfigController";
 
-/// The system volumes, by id.
-pub fn system_volumes() -> Vec<(&'static str, VolumeConfig)> {
-    let on_system_disk = |label: &str, partition: PartitionSpec, target: &str, mode: u32| VolumeConfig {
-        kind: VolumeType::Partition,
-        provisioning: ProvisioningSpec {
-            wave: WAVE_SYSTEM_DISK,
-            disk_selector: DiskSelector { expression: "system_disk".to_string() },
-            partition_spec: PartitionSpec { label: label.to_string(), type_uuid: LINUX_DATA.to_string(), ..partition },
-            filesystem_spec: FilesystemSpec { kind: FilesystemType::Xfs, label: label.to_string() },
-        },
-        locator: LocatorSpec { expression: format!("volume.partition_label == \"{label}\"") },
-        mount: MountSpec { target_path: target.to_string(), file_mode: mode, secure: true, no_exec: label == STATE },
-        ..VolumeConfig::default()
+/// One volume to publish: its `VolumeConfig`, the label saying what made it, and the request
+/// to mount it, if it is to be mounted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeResource {
+    pub id: String,
+    pub label: &'static str,
+    pub config: VolumeConfig,
+    pub mount: Option<VolumeMountRequest>,
+}
+
+/// Talos's locator for a volume it made: its partition label.
+fn label_match(label: &str) -> LocatorSpec {
+    LocatorSpec { expression: format!("volume.partition_label == '{label}'"), ..LocatorSpec::default() }
+}
+
+fn request(id: &str) -> VolumeMountRequest {
+    VolumeMountRequest { volume_id: id.to_string(), requester: REQUESTER.to_string(), ..VolumeMountRequest::default() }
+}
+
+/// A user mount request: `secure` is nosuid, nodev and noexec together (Talos's
+/// `HandleUserVolumeMountRequest`).
+fn user_request(id: &str, mount: &MountOptions) -> VolumeMountRequest {
+    VolumeMountRequest {
+        read_only: mount.read_only,
+        disable_access_time: mount.disable_access_time,
+        secure: mount.secure,
+        no_exec: mount.secure,
+        ..request(id)
+    }
+}
+
+/// Where a volume document's volume is mounted: `<name>` under `/var/mnt`.
+fn user_mount(name: &str) -> MountSpec {
+    MountSpec {
+        target_path: name.to_string(),
+        parent_id: USER_VOLUME_MOUNT_ID.to_string(),
+        file_mode: 0o755,
+        ..MountSpec::default()
+    }
+}
+
+/// A document's `provisioning` as a partition spec: the minimum (or `default_min`), the
+/// maximum in bytes or percent, counted back from the end when negative, and `grow`.
+fn partition_spec(
+    p: &Provisioning,
+    default_min: u64,
+    default_grow: bool,
+    label: &str,
+    type_uuid: &str,
+) -> PartitionSpec {
+    let (max_size, relative_max_size) = match p.max_size {
+        None => (0, 0),
+        Some(Size::Bytes(b)) => (b.bytes, 0),
+        Some(Size::Percent { percent, .. }) => (0, percent),
     };
-    vec![
-        (
+    PartitionSpec {
+        min_size: p.min_size.map(|m| m.bytes).filter(|m| *m != 0).unwrap_or(default_min),
+        max_size,
+        relative_max_size,
+        negative_max_size: p.max_size.is_some_and(|m| m.is_negative()),
+        grow: p.grow.unwrap_or(default_grow),
+        label: label.to_string(),
+        type_uuid: type_uuid.to_string(),
+    }
+}
+
+/// A document's disk selector, or Talos's `noMatch` when it has none.
+fn selector(p: &Provisioning, default: &str) -> DiskSelector {
+    let expression = p.disk_selector.as_ref().map_or(default, |e| e.as_str()).to_string();
+    DiskSelector { expression, ..DiskSelector::default() }
+}
+
+/// Talos's `ConvertEncryptionConfiguration`.
+pub fn encryption_spec(e: Option<&Encryption>) -> EncryptionSpec {
+    let Some(e) = e else { return EncryptionSpec::default() };
+    let keys = e
+        .keys
+        .iter()
+        .map(|k| {
+            let key = EncryptionKey { slot: k.slot, lock_to_state: k.lock_to_state, ..EncryptionKey::default() };
+            match &k.kind {
+                KeyKind::Static { passphrase } => EncryptionKey {
+                    kind: EncryptionKeyType::Static,
+                    static_passphrase: passphrase.expose().to_string(),
+                    ..key
+                },
+                KeyKind::NodeId => EncryptionKey { kind: EncryptionKeyType::NodeId, ..key },
+                KeyKind::Kms { endpoint } => {
+                    EncryptionKey { kind: EncryptionKeyType::Kms, kms_endpoint: endpoint.expose().to_string(), ..key }
+                }
+                KeyKind::Tpm(tpm) => EncryptionKey {
+                    kind: EncryptionKeyType::Tpm,
+                    tpm_check_secureboot_status_on_enroll: tpm.check_secureboot_status_on_enroll,
+                    tpm_pcrs: tpm.pcrs.clone(),
+                    tpm_pub_key_pcrs: tpm.pub_key_pcrs(),
+                    ..key
+                },
+            }
+        })
+        .collect();
+    EncryptionSpec {
+        provider: match e.provider {
+            ConfigProvider::Luks2 => EncryptionProvider::Luks2,
+        },
+        keys,
+        cipher: e.cipher.clone().unwrap_or_default(),
+        key_size: e.key_size.unwrap_or(0),
+        block_size: e.block_size.unwrap_or(0),
+        perf_options: e.options.clone(),
+        allow_discards: e.allow_discards,
+    }
+}
+
+fn filesystem(kind: ConfigFilesystem) -> FilesystemType {
+    match kind {
+        ConfigFilesystem::Xfs => FilesystemType::Xfs,
+        ConfigFilesystem::Ext4 => FilesystemType::Ext4,
+    }
+}
+
+/// The volumes wanted: the system ones, and with a configuration in force (`view`) the ones
+/// its documents ask for.
+pub fn volume_resources(view: Option<&BlockView>) -> Vec<VolumeResource> {
+    let system = |id: &str, config: VolumeConfig, mount: Option<VolumeMountRequest>| VolumeResource {
+        id: id.to_string(),
+        label: SYSTEM_VOLUME_LABEL,
+        config,
+        mount,
+    };
+    let state_doc = view.and_then(|v| v.volume(SystemVolume::State));
+    let mut out = vec![
+        system(
             META,
             VolumeConfig {
                 kind: VolumeType::Partition,
-                provisioning: ProvisioningSpec { wave: WAVE_SYSTEM_DISK, ..ProvisioningSpec::default() },
                 locator: LocatorSpec {
                     expression: format!(
-                        "volume.partition_label == \"{META}\" && volume.name in [\"\", \"talosmeta\"] && volume.size == 1048576u"
+                        "volume.partition_label == '{META}' && volume.name in ['', 'talosmeta'] && volume.size == 1048576u"
                     ),
+                    ..LocatorSpec::default()
                 },
                 ..VolumeConfig::default()
             },
+            None,
         ),
-        (
+        system(
             STATE,
-            on_system_disk(
-                STATE,
-                PartitionSpec { min_size: 100 * MIB, max_size: 100 * MIB, ..PartitionSpec::default() },
-                "/system/state",
-                0o700,
-            ),
+            VolumeConfig {
+                kind: VolumeType::Partition,
+                provisioning: ProvisioningSpec {
+                    wave: WAVE_SYSTEM_DISK,
+                    disk_selector: DiskSelector { expression: "system_disk".into(), ..DiskSelector::default() },
+                    partition_spec: PartitionSpec {
+                        min_size: STATE_SIZE,
+                        max_size: STATE_SIZE,
+                        label: STATE.into(),
+                        type_uuid: LINUX_DATA.into(),
+                        ..PartitionSpec::default()
+                    },
+                    filesystem_spec: FilesystemSpec { kind: FilesystemType::Xfs, label: STATE.into() },
+                },
+                encryption: encryption_spec(state_doc.and_then(|d| d.encryption.as_ref())),
+                locator: label_match(STATE),
+                mount: MountSpec {
+                    target_path: "/system/state".into(),
+                    file_mode: 0o700,
+                    secure: true,
+                    no_exec: true,
+                    ..MountSpec::default()
+                },
+                ..VolumeConfig::default()
+            },
+            Some(VolumeMountRequest { secure: true, no_exec: true, ..request(STATE) }),
         ),
-        (
-            EPHEMERAL,
-            on_system_disk(
-                EPHEMERAL,
-                PartitionSpec { min_size: 2 * GIB, grow: true, ..PartitionSpec::default() },
-                "/var",
-                0o755,
-            ),
-        ),
-    ]
+    ];
+    let Some(view) = view else { return out };
+
+    let ephemeral_doc = view.volume(SystemVolume::Ephemeral);
+    let none = Provisioning::default();
+    let provisioning = ephemeral_doc.map_or(&none, |d| &d.provisioning);
+    let mount = ephemeral_doc.map(|d| d.mount).unwrap_or_default();
+    out.push(system(
+        EPHEMERAL,
+        VolumeConfig {
+            kind: VolumeType::Partition,
+            provisioning: ProvisioningSpec {
+                wave: WAVE_SYSTEM_DISK,
+                disk_selector: selector(provisioning, "system_disk"),
+                partition_spec: partition_spec(provisioning, EPHEMERAL_MIN_SIZE, true, EPHEMERAL, LINUX_DATA),
+                filesystem_spec: FilesystemSpec { kind: FilesystemType::Xfs, label: EPHEMERAL.into() },
+            },
+            encryption: encryption_spec(ephemeral_doc.and_then(|d| d.encryption.as_ref())),
+            locator: label_match(EPHEMERAL),
+            mount: MountSpec {
+                target_path: "/var".into(),
+                file_mode: 0o755,
+                secure: mount.secure,
+                ..MountSpec::default()
+            },
+            ..VolumeConfig::default()
+        },
+        Some(VolumeMountRequest {
+            secure: mount.secure,
+            no_exec: false,
+            disable_access_time: mount.disable_access_time,
+            ..request(EPHEMERAL)
+        }),
+    ));
+    out.push(system(
+        USER_VOLUME_MOUNT_ID,
+        VolumeConfig {
+            kind: VolumeType::Directory,
+            mount: MountSpec {
+                target_path: "mnt".into(),
+                parent_id: EPHEMERAL.into(),
+                file_mode: 0o755,
+                ..MountSpec::default()
+            },
+            ..VolumeConfig::default()
+        },
+        // Its request stands on its own (see `user_volume_mount_request`).
+        None,
+    ));
+
+    for doc in &view.user_volumes {
+        let id = doc.volume_id();
+        let fs = FilesystemSpec { kind: filesystem(doc.filesystem.kind), ..FilesystemSpec::default() };
+        let mount = MountSpec { project_quota_support: doc.filesystem.project_quota_support, ..user_mount(&doc.name) };
+        let config = match doc.volume_type {
+            UserVolumeType::Directory => VolumeConfig {
+                kind: VolumeType::Directory,
+                mount: MountSpec { bind_target: Some(doc.name.clone()), ..user_mount(&doc.name) },
+                ..VolumeConfig::default()
+            },
+            UserVolumeType::Disk => VolumeConfig {
+                kind: VolumeType::Disk,
+                provisioning: ProvisioningSpec {
+                    wave: WAVE_USER_VOLUMES,
+                    disk_selector: selector(&doc.provisioning, "false"),
+                    partition_spec: PartitionSpec {
+                        type_uuid: LINUX_DATA.into(),
+                        grow: true,
+                        ..PartitionSpec::default()
+                    },
+                    filesystem_spec: fs,
+                },
+                encryption: encryption_spec(doc.encryption.as_ref()),
+                locator: LocatorSpec {
+                    disk_match: selector(&doc.provisioning, "false").expression,
+                    ..LocatorSpec::default()
+                },
+                mount,
+                ..VolumeConfig::default()
+            },
+            UserVolumeType::Partition => VolumeConfig {
+                kind: VolumeType::Partition,
+                provisioning: ProvisioningSpec {
+                    wave: WAVE_USER_VOLUMES,
+                    disk_selector: selector(&doc.provisioning, "false"),
+                    partition_spec: partition_spec(&doc.provisioning, MIN_USER_VOLUME_SIZE, false, &id, LINUX_DATA),
+                    filesystem_spec: fs,
+                },
+                encryption: encryption_spec(doc.encryption.as_ref()),
+                locator: label_match(&id),
+                mount,
+                ..VolumeConfig::default()
+            },
+        };
+        let mount = user_request(&id, &doc.mount);
+        out.push(VolumeResource { id, label: USER_VOLUME_LABEL, config, mount: Some(mount) });
+    }
+
+    for doc in &view.raw_volumes {
+        let id = doc.volume_id();
+        let config = VolumeConfig {
+            kind: VolumeType::Partition,
+            provisioning: ProvisioningSpec {
+                wave: WAVE_USER_VOLUMES,
+                disk_selector: selector(&doc.provisioning, "false"),
+                partition_spec: partition_spec(&doc.provisioning, MIN_USER_VOLUME_SIZE, false, &id, LINUX_DATA),
+                filesystem_spec: FilesystemSpec::default(),
+            },
+            encryption: encryption_spec(doc.encryption.as_ref()),
+            locator: label_match(&id),
+            ..VolumeConfig::default()
+        };
+        out.push(VolumeResource { id, label: RAW_VOLUME_LABEL, config, mount: None });
+    }
+
+    for doc in &view.existing_volumes {
+        let id = doc.volume_id();
+        let config = VolumeConfig {
+            kind: VolumeType::Partition,
+            locator: LocatorSpec { expression: doc.volume_selector.as_str().to_string(), ..LocatorSpec::default() },
+            mount: user_mount(&doc.name),
+            ..VolumeConfig::default()
+        };
+        let mount = user_request(&id, &doc.mount);
+        out.push(VolumeResource { id, label: EXISTING_VOLUME_LABEL, config, mount: Some(mount) });
+    }
+
+    for doc in &view.external_volumes {
+        let id = doc.volume_id();
+        let config = VolumeConfig {
+            kind: VolumeType::External,
+            provisioning: ProvisioningSpec {
+                wave: WAVE_USER_VOLUMES,
+                disk_selector: DiskSelector { external: doc.virtiofs_tag.clone(), ..DiskSelector::default() },
+                filesystem_spec: FilesystemSpec { kind: FilesystemType::Virtiofs, ..FilesystemSpec::default() },
+                ..ProvisioningSpec::default()
+            },
+            mount: user_mount(&doc.name),
+            ..VolumeConfig::default()
+        };
+        let mount = user_request(&id, &doc.mount);
+        out.push(VolumeResource { id, label: EXTERNAL_VOLUME_LABEL, config, mount: Some(mount) });
+    }
+
+    for doc in &view.swap_volumes {
+        let id = doc.volume_id();
+        let config = VolumeConfig {
+            kind: VolumeType::Partition,
+            provisioning: ProvisioningSpec {
+                wave: WAVE_USER_VOLUMES,
+                disk_selector: selector(&doc.provisioning, "false"),
+                partition_spec: partition_spec(&doc.provisioning, MIN_USER_VOLUME_SIZE, false, &id, LINUX_SWAP),
+                filesystem_spec: FilesystemSpec { kind: FilesystemType::Swap, ..FilesystemSpec::default() },
+            },
+            encryption: encryption_spec(doc.encryption.as_ref()),
+            locator: label_match(&id),
+            ..VolumeConfig::default()
+        };
+        let mount = request(&id);
+        out.push(VolumeResource { id, label: SWAP_VOLUME_LABEL, config, mount: Some(mount) });
+    }
+    out
+}
+
+/// The request to mount `/var/mnt`, which Talos keeps whether or not a configuration is in
+/// force, so the parent of every user mount is never taken down between configurations.
+pub fn user_volume_mount_request() -> VolumeMountRequest {
+    request(USER_VOLUME_MOUNT_ID)
 }
 
 #[derive(Default)]
@@ -77,19 +410,325 @@ impl Controller for VolumeConfigController {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        Vec::new()
+        vec![Input::weak::<MachineConfig>(cfg::NAMESPACE).with_id(MachineConfig::ACTIVE_ID)]
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<VolumeConfig>()]
+        vec![Output::exclusive::<VolumeConfig>(), Output::exclusive::<VolumeMountRequest>()]
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
+        let mc = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?.filter(|mc| mc.is_running());
+        let view = match mc {
+            None => None,
+            Some(mc) => match crate::config::load(&mc.spec().yaml).and_then(|l| {
+                let machine =
+                    l.config.v1alpha1().is_some_and(|d| d.value().get("machine").is_some_and(|m| !m.is_null()));
+                Ok(if machine { Some(l.config.block()?) } else { None })
+            }) {
+                Ok(view) => view,
+                Err(e) => {
+                    // The volumes wanted so far stay: nothing is torn down over a config that
+                    // does not read.
+                    ctx.fail_key(
+                        Pointer::of::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID),
+                        format!("machine configuration volumes ignored: {e}"),
+                    );
+                    return Ok(());
+                }
+            },
+        };
         ctx.start_tracking_outputs();
-        for (id, config) in system_volumes() {
-            ctx.apply(NAMESPACE, id, config)?;
+        let system = BTreeMap::from([(SYSTEM_VOLUME_LABEL.to_string(), String::new())]);
+        ctx.apply_labeled(NAMESPACE, USER_VOLUME_MOUNT_ID, user_volume_mount_request(), system)?;
+        for r in volume_resources(view.as_ref()) {
+            let labels = BTreeMap::from([(r.label.to_string(), String::new())]);
+            ctx.apply_labeled(NAMESPACE, &r.id, r.config, labels.clone())?;
+            if let Some(m) = r.mount {
+                ctx.apply_labeled(NAMESPACE, &r.id, m, labels)?;
+            }
         }
         ctx.cleanup_outputs()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::block::EncryptionKeyType as K;
+
+    fn view(docs: &[(&str, &str)]) -> BlockView {
+        let text: Vec<String> =
+            docs.iter().map(|(kind, body)| format!("apiVersion: v1alpha1\nkind: {kind}\n{body}")).collect();
+        crate::config::load(&text.join("---\n")).unwrap().config.block().unwrap()
+    }
+
+    fn find<'a>(all: &'a [VolumeResource], id: &str) -> &'a VolumeResource {
+        all.iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("no {id} in {:?}", all.iter().map(|r| &r.id).collect::<Vec<_>>()))
+    }
+
+    #[test]
+    fn without_a_configuration_only_meta_and_state() {
+        let all = volume_resources(None);
+        let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["META", "STATE"]);
+        let meta = find(&all, META);
+        assert!(!meta.config.provisioning.is_requested(), "META is only located");
+        assert_eq!(meta.mount, None);
+        let state = find(&all, STATE);
+        assert_eq!(state.config.locator.expression, "volume.partition_label == 'STATE'");
+        assert_eq!(state.config.provisioning.wave, WAVE_SYSTEM_DISK);
+        assert_eq!((state.config.mount.target_path.as_str(), state.config.mount.file_mode), ("/system/state", 0o700));
+        let m = state.mount.as_ref().unwrap();
+        assert_eq!((m.volume_id.as_str(), m.secure, m.no_exec), ("STATE", true, true));
+        assert_eq!(user_volume_mount_request().volume_id, "/var/mnt");
+    }
+
+    /// The ids, labels, waves, partition labels and types, locators, mount paths and parents
+    /// of every kind of volume, as Talos's transformers give them.
+    #[test]
+    fn every_volume_kind_becomes_what_talos_makes() {
+        let sel = "provisioning:\n  diskSelector:\n    match: '!system_disk'\n";
+        let v = view(&[
+            (
+                "UserVolumeConfig",
+                &format!("name: data\n{sel}  minSize: 1GiB\n  maxSize: 10GiB\nfilesystem:\n  type: ext4\n"),
+            ),
+            ("UserVolumeConfig", "name: scratch\nvolumeType: directory\n"),
+            ("UserVolumeConfig", &format!("name: whole\nvolumeType: disk\n{sel}")),
+            ("RawVolumeConfig", &format!("name: raw\n{sel}  maxSize: 50%\n")),
+            (
+                "ExistingVolumeConfig",
+                "name: old\ndiscovery:\n  volumeSelector:\n    match: volume.label == 'OLD'\nmount:\n  readOnly: true\n",
+            ),
+            ("ExternalVolumeConfig", "name: share\nfilesystemType: virtiofs\nmount:\n  virtiofs:\n    tag: host\n"),
+            ("SwapVolumeConfig", &format!("name: swap\n{sel}  maxSize: -1GiB\n  grow: true\n")),
+        ]);
+        let all = volume_resources(Some(&v));
+        type Row = (
+            &'static str,
+            &'static str,
+            VolumeType,
+            i64,
+            &'static str,
+            &'static str,
+            &'static str,
+            &'static str,
+            &'static str,
+        );
+        // id, label, type, wave, partition label, partition type, locator, mount target, parent
+        let rows: [Row; 11] = [
+            (
+                "META",
+                SYSTEM_VOLUME_LABEL,
+                VolumeType::Partition,
+                0,
+                "",
+                "",
+                "volume.partition_label == 'META' && volume.name in ['', 'talosmeta'] && volume.size == 1048576u",
+                "",
+                "",
+            ),
+            (
+                "STATE",
+                SYSTEM_VOLUME_LABEL,
+                VolumeType::Partition,
+                -1,
+                "STATE",
+                LINUX_DATA,
+                "volume.partition_label == 'STATE'",
+                "/system/state",
+                "",
+            ),
+            (
+                "EPHEMERAL",
+                SYSTEM_VOLUME_LABEL,
+                VolumeType::Partition,
+                -1,
+                "EPHEMERAL",
+                LINUX_DATA,
+                "volume.partition_label == 'EPHEMERAL'",
+                "/var",
+                "",
+            ),
+            ("/var/mnt", SYSTEM_VOLUME_LABEL, VolumeType::Directory, 0, "", "", "", "mnt", "EPHEMERAL"),
+            (
+                "u-data",
+                USER_VOLUME_LABEL,
+                VolumeType::Partition,
+                0,
+                "u-data",
+                LINUX_DATA,
+                "volume.partition_label == 'u-data'",
+                "data",
+                "/var/mnt",
+            ),
+            ("u-scratch", USER_VOLUME_LABEL, VolumeType::Directory, 0, "", "", "", "scratch", "/var/mnt"),
+            ("u-whole", USER_VOLUME_LABEL, VolumeType::Disk, 0, "", LINUX_DATA, "", "whole", "/var/mnt"),
+            (
+                "r-raw",
+                RAW_VOLUME_LABEL,
+                VolumeType::Partition,
+                0,
+                "r-raw",
+                LINUX_DATA,
+                "volume.partition_label == 'r-raw'",
+                "",
+                "",
+            ),
+            (
+                "e-old",
+                EXISTING_VOLUME_LABEL,
+                VolumeType::Partition,
+                0,
+                "",
+                "",
+                "volume.label == 'OLD'",
+                "old",
+                "/var/mnt",
+            ),
+            ("x-share", EXTERNAL_VOLUME_LABEL, VolumeType::External, 0, "", "", "", "share", "/var/mnt"),
+            (
+                "s-swap",
+                SWAP_VOLUME_LABEL,
+                VolumeType::Partition,
+                0,
+                "s-swap",
+                LINUX_SWAP,
+                "volume.partition_label == 's-swap'",
+                "",
+                "",
+            ),
+        ];
+        assert_eq!(all.len(), rows.len(), "{:?}", all.iter().map(|r| &r.id).collect::<Vec<_>>());
+        for (id, label, kind, wave, part_label, part_type, locator, target, parent) in rows {
+            let r = find(&all, id);
+            let c = &r.config;
+            assert_eq!(
+                (r.label, c.kind, c.provisioning.wave, c.provisioning.partition_spec.label.as_str()),
+                (label, kind, wave, part_label),
+                "{id}"
+            );
+            assert_eq!(c.provisioning.partition_spec.type_uuid, part_type, "{id}");
+            assert_eq!(c.locator.expression, locator, "{id}");
+            assert_eq!((c.mount.target_path.as_str(), c.mount.parent_id.as_str()), (target, parent), "{id}");
+            if !parent.is_empty() || id == EPHEMERAL {
+                assert_eq!(c.mount.file_mode, 0o755, "{id}");
+            }
+            assert!(c.parent_id.is_empty(), "{id}: the mount has the parent, not the volume");
+        }
+
+        // Sizes and filesystems.
+        let data = &find(&all, "u-data").config.provisioning;
+        assert_eq!(
+            (data.partition_spec.min_size, data.partition_spec.max_size, data.partition_spec.grow),
+            (1 << 30, 10 << 30, false)
+        );
+        assert_eq!(data.disk_selector.expression, "!system_disk");
+        assert_eq!(data.filesystem_spec, FilesystemSpec { kind: FilesystemType::Ext4, label: String::new() });
+        let raw = &find(&all, "r-raw").config.provisioning;
+        assert_eq!((raw.partition_spec.min_size, raw.partition_spec.relative_max_size), (MIN_USER_VOLUME_SIZE, 50));
+        assert_eq!(raw.filesystem_spec.kind, FilesystemType::None);
+        let swap = &find(&all, "s-swap").config.provisioning;
+        assert_eq!(
+            (swap.partition_spec.max_size, swap.partition_spec.negative_max_size, swap.partition_spec.grow),
+            (1 << 30, true, true)
+        );
+        assert_eq!(swap.filesystem_spec.kind, FilesystemType::Swap);
+        let whole = find(&all, "u-whole");
+        assert_eq!(whole.config.locator.disk_match, "!system_disk");
+        assert!(whole.config.provisioning.partition_spec.grow);
+        let dir = find(&all, "u-scratch");
+        assert_eq!(dir.config.mount.bind_target.as_deref(), Some("scratch"));
+        assert!(!dir.config.provisioning.is_requested());
+        let existing = find(&all, "e-old");
+        assert!(!existing.config.provisioning.is_requested(), "an existing volume is never provisioned");
+        assert_eq!(existing.config.provisioning.filesystem_spec.kind, FilesystemType::None, "nor formatted");
+        let share = &find(&all, "x-share").config.provisioning;
+        assert_eq!(
+            (share.disk_selector.external.as_str(), share.filesystem_spec.kind),
+            ("host", FilesystemType::Virtiofs)
+        );
+
+        // Who is mounted, and how (read-only, secure, noexec): `secure` is nosuid, nodev and
+        // noexec for the documents.
+        type Flags = Option<(bool, bool, bool)>;
+        let requests: Vec<(&str, Flags)> =
+            all.iter().map(|r| (r.id.as_str(), r.mount.as_ref().map(|m| (m.read_only, m.secure, m.no_exec)))).collect();
+        assert_eq!(
+            requests,
+            [
+                ("META", None),
+                ("STATE", Some((false, true, true))),
+                ("EPHEMERAL", Some((false, true, false))),
+                ("/var/mnt", None),
+                ("u-data", Some((false, true, true))),
+                ("u-scratch", Some((false, true, true))),
+                ("u-whole", Some((false, true, true))),
+                ("r-raw", None),
+                ("e-old", Some((true, true, true))),
+                ("x-share", Some((false, true, true))),
+                ("s-swap", Some((false, false, false))),
+            ]
+        );
+        for r in &all {
+            if let Some(m) = &r.mount {
+                assert_eq!((m.volume_id.as_str(), m.requester.as_str()), (r.id.as_str(), REQUESTER));
+            }
+        }
+    }
+
+    #[test]
+    fn a_volume_config_overrides_ephemeral_and_carries_encryption() {
+        let v = view(&[
+            (
+                "VolumeConfig",
+                "name: EPHEMERAL\nprovisioning:\n  diskSelector:\n    match: disk.size > 100u * GiB\n  minSize: 5GiB\n  maxSize: 40GiB\n  grow: false\nmount:\n  secure: false\n  disableAccessTime: true\nencryption:\n  provider: luks2\n  cipher: aes-xts-plain64\n  keys:\n    - slot: 0\n      nodeID: {}\n      lockToState: true\n    - slot: 1\n      static:\n        passphrase: topsecret\n    - slot: 2\n      tpm:\n        checkSecurebootStatusOnEnroll: true\n",
+            ),
+            (
+                "VolumeConfig",
+                "name: STATE\nencryption:\n  provider: luks2\n  keys:\n    - kms:\n        endpoint: https://kms:4443\n",
+            ),
+        ]);
+        let all = volume_resources(Some(&v));
+        let eph = find(&all, EPHEMERAL);
+        let p = &eph.config.provisioning;
+        assert_eq!(p.disk_selector.expression, "disk.size > 100u * GiB");
+        assert_eq!(
+            (p.partition_spec.min_size, p.partition_spec.max_size, p.partition_spec.grow),
+            (5 << 30, 40 << 30, false)
+        );
+        assert!(!eph.config.mount.secure);
+        let m = eph.mount.as_ref().unwrap();
+        assert_eq!((m.secure, m.no_exec, m.disable_access_time), (false, false, true));
+        let e = &eph.config.encryption;
+        assert_eq!((e.provider, e.cipher.as_str()), (EncryptionProvider::Luks2, "aes-xts-plain64"));
+        let keys: Vec<(u32, K, bool)> = e.keys.iter().map(|k| (k.slot, k.kind, k.lock_to_state)).collect();
+        assert_eq!(keys, [(0, K::NodeId, true), (1, K::Static, false), (2, K::Tpm, false)]);
+        assert_eq!(e.keys[1].static_passphrase, "topsecret");
+        assert_eq!(
+            (
+                e.keys[2].tpm_check_secureboot_status_on_enroll,
+                e.keys[2].tpm_pcrs.clone(),
+                e.keys[2].tpm_pub_key_pcrs.clone()
+            ),
+            (true, vec![7], vec![11])
+        );
+        let state = &find(&all, STATE).config.encryption;
+        assert_eq!((state.keys[0].kind, state.keys[0].kms_endpoint.as_str()), (K::Kms, "https://kms:4443"));
+
+        // Without the document: Talos's defaults.
+        let plain = volume_resources(Some(&BlockView::default()));
+        let p = &find(&plain, EPHEMERAL).config.provisioning;
+        assert_eq!(p.disk_selector.expression, "system_disk");
+        assert_eq!(
+            (p.partition_spec.min_size, p.partition_spec.max_size, p.partition_spec.grow),
+            (EPHEMERAL_MIN_SIZE, 0, true)
+        );
+        assert!(find(&plain, EPHEMERAL).config.mount.secure);
+        assert_eq!(find(&plain, EPHEMERAL).config.encryption, EncryptionSpec::default());
     }
 }

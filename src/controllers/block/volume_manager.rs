@@ -3,28 +3,33 @@
 //! and records each in its `VolumeStatus`. The decisions are the pure functions of
 //! [`super::volumes`]; this file gathers their inputs and carries out what they decide:
 //! partitions carved into a disk's GPT (and announced to the kernel), grown into free space,
-//! filesystems made by the mkfs programs the rootfs carries.
+//! filesystems made by the mkfs programs the rootfs carries, swap headers written.
 //!
 //! Safety of data comes first: a volume is located before anything is made, a partition is
 //! only ever added or grown (never moved or removed), and a filesystem is made only where the
 //! probe found nothing. A failed step is retried from where it failed every 30 s. After it
 //! changes a disk the manager asks the discovery to probe again, and waits for it before
 //! locating anything else, so no decision is taken on a stale picture.
+//!
+//! Each `VolumeConfig` is held with this controller's finalizer. When one is taken away (its
+//! document removed), its `VolumeStatus` is torn down — destroyed once the mount controller
+//! has unmounted it and let go — and then the config is released. The partition and what is
+//! on it stay on the disk: adding the document back finds them again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::volumes::{self, DiskCandidate, FormatDecision, FreeSpace, Lookup, PhaseInputs, Step};
+use super::volumes::{self, DiskCandidate, FormatDecision, FreeSpace, Lookup, NotFound, PhaseInputs, Step};
 use crate::block::format;
 use crate::block::selector::{Env, Expression, Vars};
 use crate::block::{gpt, probe};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
-    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, NAMESPACE, REFRESH_ID, SystemDisk,
-    VolumeConfig, VolumePhase, VolumeStatus, pretty_size,
+    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, FilesystemType, NAMESPACE, REFRESH_ID,
+    SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
 };
 use crate::services::Reaper;
 use std::path::Path;
@@ -90,7 +95,7 @@ impl Controller for VolumeManagerController {
 
     fn inputs(&self) -> Vec<Input> {
         vec![
-            Input::weak::<VolumeConfig>(NAMESPACE),
+            Input::strong::<VolumeConfig>(NAMESPACE),
             Input::weak::<DiscoveredVolume>(NAMESPACE),
             Input::weak::<Disk>(NAMESPACE),
             Input::weak::<SystemDisk>(NAMESPACE),
@@ -103,15 +108,21 @@ impl Controller for VolumeManagerController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let mut configs: Vec<(String, VolumeConfig)> = ctx
-            .list::<VolumeConfig>(NAMESPACE)?
-            .into_iter()
-            .map(|r| (r.metadata().id.clone(), r.spec().clone()))
-            .collect();
+        let mut configs: Vec<(String, VolumeConfig)> = Vec::new();
+        let mut leaving = Vec::new();
+        for r in ctx.list::<VolumeConfig>(NAMESPACE)? {
+            if r.is_running() {
+                ctx.hold(&r)?;
+                configs.push((r.metadata().id.clone(), r.spec().clone()));
+            } else {
+                leaving.push(r);
+            }
+        }
         configs.sort_by(|a, b| volumes::order_key(&a.0, &a.1).cmp(&volumes::order_key(&b.0, &b.1)));
         let mut statuses: BTreeMap<String, VolumeStatus> = ctx
             .list::<VolumeStatus>(NAMESPACE)?
             .into_iter()
+            .filter(|r| r.is_running())
             .map(|r| (r.metadata().id.clone(), r.spec().clone()))
             .collect();
         let settled_request = ctx.get::<DiscoveryRefreshStatus>(NAMESPACE, REFRESH_ID)?.map(|r| r.spec().request);
@@ -134,24 +145,19 @@ impl Controller for VolumeManagerController {
         let mut retry_in: Option<Duration> = None;
         for (id, config) in &configs {
             let mut status = statuses.get(id).cloned().unwrap_or_else(|| volumes::initial(config));
-            // What the config says of mounting and filesystem may change while the volume lives.
+            // What the config says of mounting and filesystem may change while the volume lives;
+            // a volume the node does not format keeps the filesystem it was found with.
             status.mount_spec = config.mount.clone();
             status.kind = config.kind;
-            status.filesystem = config.provisioning.filesystem_spec.kind;
+            if config.provisioning.filesystem_spec.kind != FilesystemType::None {
+                status.filesystem = config.provisioning.filesystem_spec.kind;
+            }
             for _ in 0..MAX_STEPS {
-                let waves: Vec<(i64, VolumePhase)> = configs
-                    .iter()
-                    .filter(|(other, _)| other != id)
-                    .map(|(other, c)| (c.provisioning.wave, statuses.get(other).map(|s| s.phase).unwrap_or_default()))
-                    .collect();
-                let wave_gate = volumes::earlier_waves_ready(config.provisioning.wave, &waves);
                 let parent_ready = config.parent_id.is_empty()
                     || statuses.get(&config.parent_id).is_some_and(|s| s.phase == VolumePhase::Ready);
                 let inputs = PhaseInputs {
                     phase: status.phase,
                     pre_fail_phase: status.pre_fail_phase,
-                    earlier_waves_ready: wave_gate.is_ok(),
-                    blocking_wave: wave_gate.err().unwrap_or_default(),
                     parent_ready,
                     discovery_settled: world.discovery_settled,
                     failed_for: self.failed_at.get(id).map(|t| t.elapsed()).unwrap_or(Duration::MAX),
@@ -172,12 +178,26 @@ impl Controller for VolumeManagerController {
                         self.failed_at.remove(id);
                         Ok(VolumeStatus { phase: from, ..status.clone() })
                     }
-                    Step::LocateAndProvision => self.locate_and_provision(ctx, id, config, &status, &mut world).await,
+                    Step::LocateAndProvision => {
+                        // Only volumes the node makes hold a later wave back.
+                        let waves: Vec<(i64, VolumePhase)> = configs
+                            .iter()
+                            .filter(|(other, c)| other != id && c.provisioning.is_requested())
+                            .map(|(other, c)| {
+                                (c.provisioning.wave, statuses.get(other).map(|s| s.phase).unwrap_or_default())
+                            })
+                            .collect();
+                        let earlier = volumes::earlier_waves_ready(config.provisioning.wave, &waves);
+                        self.locate_and_provision(ctx, id, config, &status, earlier, &mut world).await
+                    }
                     Step::Grow => self.grow(ctx, config, &status).await,
-                    Step::Prepare => Ok(VolumeStatus {
-                        mount_location: status.location.clone(),
-                        ..volumes::advance(&status, VolumePhase::Prepared)
-                    }),
+                    Step::Prepare => match volumes::prepare(config) {
+                        Ok(()) => Ok(VolumeStatus {
+                            mount_location: status.location.clone(),
+                            ..volumes::advance(&status, VolumePhase::Prepared)
+                        }),
+                        Err(why) => Err(StepError::failed(why)),
+                    },
                     Step::Format => self.format(ctx, id, config, &status).await,
                 };
                 match outcome {
@@ -188,7 +208,7 @@ impl Controller for VolumeManagerController {
                         if !moved {
                             break;
                         }
-                        if status.phase == VolumePhase::Ready {
+                        if status.phase == VolumePhase::Ready && !volumes::is_ready_at_once(status.kind) {
                             crate::kernel::console::line(&format!(
                                 "volume {id}: ready at {} ({})",
                                 status.location, status.pretty_size
@@ -210,7 +230,17 @@ impl Controller for VolumeManagerController {
                 }
             }
             statuses.insert(id.clone(), status.clone());
-            ctx.apply(NAMESPACE, id, status)?;
+            let labels =
+                ctx.get::<VolumeConfig>(NAMESPACE, id)?.map(|r| r.metadata().labels.clone()).unwrap_or_default();
+            ctx.apply_labeled(NAMESPACE, id, status, labels)?;
+        }
+        // A volume taken away: its status goes (once unmounted), then the config is let go.
+        for config in &leaving {
+            let id = &config.metadata().id;
+            self.failed_at.remove(id);
+            if ctx.remove::<VolumeStatus>(NAMESPACE, id)? {
+                ctx.release(config)?;
+            }
         }
         // A refresh asked for in this pass.
         ctx.apply(NAMESPACE, REFRESH_ID, DiscoveryRefreshRequest { request: self.refresh })?;
@@ -243,19 +273,44 @@ impl From<crate::cosi::ContextError> for StepError {
 }
 
 impl VolumeManagerController {
+    #[allow(clippy::too_many_arguments)]
     async fn locate_and_provision(
         &mut self,
         ctx: &Context,
         id: &str,
         config: &VolumeConfig,
         status: &VolumeStatus,
+        earlier_waves: Result<(), i64>,
         world: &mut World,
     ) -> Result<VolumeStatus, StepError> {
+        if volumes::is_ready_at_once(config.kind) {
+            let mut next = volumes::advance(status, VolumePhase::Ready);
+            if config.kind == VolumeType::External {
+                next.location = config.provisioning.disk_selector.external.clone();
+                next.mount_location = next.location.clone();
+                next.filesystem = config.provisioning.filesystem_spec.kind;
+            }
+            return Ok(next);
+        }
+        if config.locator.is_empty() {
+            return Err(StepError::failed("volume locator is not set"));
+        }
+        if config.kind == VolumeType::Disk {
+            return self.locate_disk(config, status, world);
+        }
         let locator = self
             .expression(&config.locator.expression, false)
             .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
+        let disks = &world.disks;
         let found = volumes::locate(&world.discovered, |v| {
-            Vars::new().with_volume(&v.cel_view()).and_then(|vars| locator.matches(&vars))
+            // The locator sees the disk the volume is on, as in Talos.
+            let on = if v.parent_dev_path.is_empty() { &v.dev_path } else { &v.parent_dev_path };
+            let vars = Vars::new().with_volume(&v.cel_view())?;
+            let vars = match disks.iter().find(|(_, d)| &d.dev_path == on) {
+                Some((_, d)) => vars.with_disk(d)?,
+                None => vars,
+            };
+            locator.matches(&vars)
         })
         .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
         if let Lookup::Found(v) = found {
@@ -274,10 +329,25 @@ impl VolumeManagerController {
             next.error_message.clear();
             return Ok(next);
         }
+        match volumes::not_found(config, earlier_waves) {
+            NotFound::Provision => {}
+            NotFound::Missing => {
+                return Ok(VolumeStatus {
+                    error_message: "no volume matches the locator, and the volume is not provisioned by the node"
+                        .into(),
+                    ..volumes::advance(status, VolumePhase::Missing)
+                });
+            }
+            NotFound::Wait(why) => {
+                return Ok(VolumeStatus { error_message: why, ..volumes::advance(status, VolumePhase::Waiting) });
+            }
+        }
         let spec = &config.provisioning.partition_spec;
         if config.provisioning.disk_selector.expression.is_empty() || (spec.min_size == 0 && !spec.grow) {
             return Ok(VolumeStatus {
-                error_message: "no volume matches the locator, and the volume is not provisioned by the node".into(),
+                error_message:
+                    "no volume matches the locator, and the volume has no disk selector or size to be provisioned with"
+                        .into(),
                 ..volumes::advance(status, VolumePhase::Missing)
             });
         }
@@ -338,6 +408,54 @@ impl VolumeManagerController {
         })
     }
 
+    /// A whole-disk volume: the one disk its locator picks, as discovered.
+    fn locate_disk(
+        &mut self,
+        config: &VolumeConfig,
+        status: &VolumeStatus,
+        world: &World,
+    ) -> Result<VolumeStatus, StepError> {
+        let source = &config.locator.disk_match;
+        let matcher =
+            self.expression(source, true).map_err(|e| StepError::failed(format!("disk locator {source:?}: {e}")))?;
+        let mut matched = Vec::new();
+        for (name, disk) in &world.disks {
+            let system_disk = world.system_disk.as_deref() == Some(name.as_str());
+            let hit = Vars::new()
+                .with_disk(disk)
+                .and_then(|vars| matcher.matches(&vars.with_system_disk(system_disk)))
+                .map_err(|e| StepError::failed(format!("disk locator {source:?} on {name}: {e}")))?;
+            if hit {
+                matched.push(name.as_str());
+            }
+        }
+        let Some(name) = volumes::one_disk(&matched).map_err(StepError::failed)? else {
+            return Ok(VolumeStatus {
+                error_message: "no disk matches the locator".into(),
+                ..volumes::advance(status, VolumePhase::Waiting)
+            });
+        };
+        let Some((_, disk)) = world.disks.iter().find(|(n, _)| n == name) else {
+            return Err(StepError::failed(format!("disk {name} is gone")));
+        };
+        let Some(v) = world.discovered.iter().find(|v| v.dev_path == disk.dev_path) else {
+            return Ok(VolumeStatus {
+                error_message: format!("waiting for {} to be probed", disk.dev_path),
+                ..volumes::advance(status, VolumePhase::Waiting)
+            });
+        };
+        Ok(VolumeStatus {
+            location: v.dev_path.clone(),
+            parent_location: String::new(),
+            partition_index: 0,
+            uuid: v.uuid.clone(),
+            size: v.size,
+            pretty_size: pretty_size(v.size),
+            disk_matches: Vec::new(),
+            ..volumes::advance(status, VolumePhase::Located)
+        })
+    }
+
     async fn grow(
         &mut self,
         ctx: &Context,
@@ -372,9 +490,6 @@ impl VolumeManagerController {
     ) -> Result<VolumeStatus, StepError> {
         let device = PathBuf::from(&status.mount_location);
         let wanted = config.provisioning.filesystem_spec.kind;
-        if wanted == crate::resources::block::FilesystemType::None {
-            return Ok(volumes::advance(status, VolumePhase::Ready));
-        }
         if !device.exists() {
             return Err(StepError { message: format!("waiting for {} to appear", device.display()), again: true });
         }
@@ -383,15 +498,29 @@ impl VolumeManagerController {
             .blocking("probing a volume", move || probe_name(&probe_at))
             .await?
             .map_err(|e| StepError::failed(format!("probing {}: {e}", device.display())))?;
+        if wanted == FilesystemType::None {
+            // Raw and existing volumes: never formatted; an existing one is mounted with what
+            // it holds.
+            let mounted = !config.mount.target_path.is_empty();
+            let filesystem = volumes::found_filesystem(&found.name, mounted, &status.mount_location)
+                .map_err(StepError::failed)?;
+            return Ok(VolumeStatus { filesystem, ..volumes::advance(status, VolumePhase::Ready) });
+        }
+        // The label Talos gives: the system volumes' own, none for the documents' volumes.
+        let label = config.provisioning.filesystem_spec.label.clone();
         match volumes::format_decision(wanted, &found.name, found.unfinished) {
             FormatDecision::Keep => Ok(volumes::advance(status, VolumePhase::Ready)),
             FormatDecision::Refuse(why) => Err(StepError::failed(why)),
+            FormatDecision::Make if wanted == FilesystemType::Swap => {
+                let (at, size, name) = (device.clone(), status.size, label.clone());
+                ctx.blocking("writing a swap header", move || write_swap(&at, size, &name))
+                    .await?
+                    .map_err(|e| StepError::failed(format!("making swap on {}: {e}", device.display())))?;
+                crate::kernel::console::line(&format!("volume {id}: made a swap area on {}", status.mount_location));
+                self.refresh += 1;
+                Ok(volumes::advance(status, VolumePhase::Ready))
+            }
             decision @ (FormatDecision::Make | FormatDecision::Remake) => {
-                let label = if config.provisioning.filesystem_spec.label.is_empty() {
-                    id.to_string()
-                } else {
-                    config.provisioning.filesystem_spec.label.clone()
-                };
                 let mut cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
                     .map_err(|e| StepError::failed(e.to_string()))?;
                 if decision == FormatDecision::Remake {
@@ -500,6 +629,22 @@ fn grow_partition(disk: &Path, index: u32, max: u64) -> Result<Option<u64>, Stri
     table.write(dev.file()).map_err(|e| e.to_string())?;
     dev.resize_partition(grown.number, grown.offset, grown.size).map_err(|e| e.to_string())?;
     Ok(Some(grown.size))
+}
+
+/// Writes a swap header over the start of `device` (of `size` bytes) with a fresh random UUID.
+fn write_swap(device: &Path, size: u64, label: &str) -> Result<(), String> {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let mut uuid = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut uuid))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    // An RFC 4122 version 4 UUID, as mkswap and Talos make.
+    uuid[6] = (uuid[6] & 0x0f) | 0x40;
+    uuid[8] = (uuid[8] & 0x3f) | 0x80;
+    let page = crate::block::swap::header(rustix::param::page_size(), size, uuid, label).map_err(|e| e.to_string())?;
+    let file = std::fs::OpenOptions::new().write(true).open(device).map_err(|e| e.to_string())?;
+    file.write_all_at(&page, 0).and_then(|()| file.sync_all()).map_err(|e| e.to_string())
 }
 
 /// What the probe found on a volume.

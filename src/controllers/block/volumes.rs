@@ -1,17 +1,21 @@
 //! The volume manager's decisions, as pure functions: which step a volume takes next from the
-//! phase it is in (Talos's `processVolumeConfig`), whether its wave may start, which existing
-//! volume a locator adopts, which disk a selector picks and the size the volume gets there,
-//! and whether a filesystem is to be made. No device, file or clock is touched here: the
-//! controller gathers the facts, asks, and carries the answer out.
+//! phase it is in (Talos's `processVolumeConfig`), the order volumes are taken in, whether a
+//! volume not found may be provisioned now (its wave), which existing volume a locator adopts,
+//! which disk a selector picks and the size the volume gets there, whether a filesystem is to
+//! be made, and what a volume the node does not format holds. No device, file or clock is
+//! touched here: the controller gathers the facts, asks, and carries the answer out.
 //!
 //! The order of the questions is what keeps data safe: a volume is always located before it
 //! is provisioned, so a volume made on an earlier boot (or before a power cut) is adopted,
-//! never made again; and a filesystem is made only on a volume where the probe found nothing.
+//! never made again; a filesystem is made only on a volume where the probe found nothing (or
+//! an old swap area, which holds nothing worth keeping); and a volume that asks for encryption
+//! is never made in the clear.
 
 use std::time::Duration;
 
 use crate::resources::block::{
-    DiscoveredVolume, Disk, DiskMatch, FilesystemType, PartitionSpec, VolumeConfig, VolumePhase, VolumeStatus,
+    DiscoveredVolume, Disk, DiskMatch, EncryptionProvider, FilesystemType, PartitionSpec, VolumeConfig, VolumePhase,
+    VolumeStatus, VolumeType,
 };
 
 /// How long a failed volume waits before its step is tried again (Talos's ticker).
@@ -41,10 +45,6 @@ pub enum Step {
 pub struct PhaseInputs {
     pub phase: VolumePhase,
     pub pre_fail_phase: VolumePhase,
-    /// Every volume of an earlier wave is ready.
-    pub earlier_waves_ready: bool,
-    /// The wave in the way, when `earlier_waves_ready` is false.
-    pub blocking_wave: i64,
     /// The parent volume (if any) is ready.
     pub parent_ready: bool,
     /// Discovery has probed every device since the last change we asked for.
@@ -58,9 +58,7 @@ pub fn next_step(i: &PhaseInputs) -> Step {
     use VolumePhase::*;
     match i.phase {
         Waiting | Missing => {
-            if !i.earlier_waves_ready {
-                Step::Wait(format!("waiting for the volumes of wave {} to be ready", i.blocking_wave))
-            } else if !i.parent_ready {
+            if !i.parent_ready {
                 Step::Wait("waiting for the parent volume to be ready".to_string())
             } else if !i.discovery_settled {
                 Step::Wait("waiting for disk discovery to finish".to_string())
@@ -78,6 +76,7 @@ pub fn next_step(i: &PhaseInputs) -> Step {
 }
 
 /// Whether every volume of a wave below `wave` is ready; and if not, the lowest such wave.
+/// `volumes` are the others the node provisions (those it only locates hold no wave back).
 pub fn earlier_waves_ready(wave: i64, volumes: &[(i64, VolumePhase)]) -> Result<(), i64> {
     match volumes.iter().filter(|(w, p)| *w < wave && *p != VolumePhase::Ready).map(|(w, _)| *w).min() {
         None => Ok(()),
@@ -85,11 +84,73 @@ pub fn earlier_waves_ready(wave: i64, volumes: &[(i64, VolumePhase)]) -> Result<
     }
 }
 
-/// The order volumes are taken in: by wave; within a wave fixed-size volumes before those
-/// that grow (STATE before EPHEMERAL, or EPHEMERAL would take the room STATE needs); then by
-/// id.
-pub fn order_key<'a>(id: &'a str, config: &VolumeConfig) -> (i64, bool, &'a str) {
-    (config.provisioning.wave, config.provisioning.partition_spec.grow, id)
+/// What happens to a volume its locator did not find (Talos's `provisionNewVolume`): one the
+/// node does not make is missing; one it makes waits until every earlier wave is ready (so a
+/// user volume never races EPHEMERAL for the same free space), then is provisioned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotFound {
+    Missing,
+    Wait(String),
+    Provision,
+}
+
+pub fn not_found(config: &VolumeConfig, earlier_waves: Result<(), i64>) -> NotFound {
+    if !config.provisioning.is_requested() {
+        return NotFound::Missing;
+    }
+    match earlier_waves {
+        Ok(()) => NotFound::Provision,
+        Err(wave) => NotFound::Wait(format!("waiting for the volumes of wave {wave} to be ready")),
+    }
+}
+
+/// The order volumes are taken in (Talos's `CompareVolumeConfigs`): those the node only
+/// locates first (they hold nothing back), then by wave; within a wave fixed-size volumes
+/// before those that grow (STATE before EPHEMERAL, or EPHEMERAL would take the room STATE
+/// needs), smaller maximum sizes first (no maximum last); then by id.
+pub fn order_key<'a>(id: &'a str, config: &VolumeConfig) -> (bool, i64, bool, u64, &'a str) {
+    let p = &config.provisioning;
+    let max = if p.partition_spec.max_size == 0 { u64::MAX } else { p.partition_spec.max_size };
+    (p.is_requested(), p.wave, p.partition_spec.grow, max, id)
+}
+
+/// Whether a volume of this type is ready as soon as it is asked for: a directory (made when
+/// mounted) or an external share — nothing on a disk to find or make.
+pub fn is_ready_at_once(kind: VolumeType) -> bool {
+    matches!(kind, VolumeType::Directory | VolumeType::External)
+}
+
+/// The one disk a whole-disk volume's locator picks: none yet, or an error when it picks
+/// several (a whole-disk volume must not guess).
+pub fn one_disk<'a>(matched: &[&'a str]) -> Result<Option<&'a str>, String> {
+    match matched {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        many => Err(format!("multiple disks matched locator for disk volume; matched disks: {}", many.join(", "))),
+    }
+}
+
+/// Whether a volume may be prepared: one that asks for encryption is refused while the node
+/// has no LUKS2, rather than used in the clear.
+pub fn prepare(config: &VolumeConfig) -> Result<(), String> {
+    match config.encryption.provider {
+        EncryptionProvider::None => Ok(()),
+        EncryptionProvider::Luks2 => Err(
+            "encryption (luks2) is configured, but this node does not encrypt volumes yet; the volume is left as it is"
+                .to_string(),
+        ),
+    }
+}
+
+/// What a volume the node does not format (an existing or raw one) holds, from the probe's
+/// name (Talos's `Format` with no filesystem wanted): one to be mounted must hold a
+/// filesystem, and not a LUKS container the config says nothing of.
+pub fn found_filesystem(found: &str, mounted: bool, device: &str) -> Result<FilesystemType, String> {
+    match found {
+        "" if mounted => Err(format!("filesystem not found on {device}")),
+        "luks" if mounted => Err("volume is encrypted, but no encryption config provided".to_string()),
+        other => Ok(FilesystemType::from_probe_name(other)),
+    }
 }
 
 /// The outcome of a locator over the discovered volumes.
@@ -230,10 +291,12 @@ pub enum FormatDecision {
 }
 
 /// Decides from what the probe found (`""`: nothing recognized) on the volume, and whether
-/// the probe saw it unfinished.
+/// the probe saw it unfinished. A swap area is made afresh every time, as Talos does: what it
+/// held is gone with the boot that wrote it.
 pub fn format_decision(wanted: FilesystemType, found: &str, unfinished: bool) -> FormatDecision {
     match (wanted, found) {
         (FilesystemType::None, _) => FormatDecision::Keep,
+        (FilesystemType::Swap, "swap") => FormatDecision::Make,
         (w, f) if f == w.probe_name() && unfinished => FormatDecision::Remake,
         (w, f) if f == w.probe_name() => FormatDecision::Keep,
         (_, "") => FormatDecision::Make,
@@ -277,8 +340,6 @@ mod tests {
         PhaseInputs {
             phase,
             pre_fail_phase: Waiting,
-            earlier_waves_ready: true,
-            blocking_wave: 0,
             parent_ready: true,
             discovery_settled: true,
             failed_for: Duration::ZERO,
@@ -295,11 +356,6 @@ mod tests {
             ("prepared formats", inputs(Prepared), Step::Format),
             ("ready rests", inputs(Ready), Step::Done),
             ("closed rests", inputs(Closed), Step::Done),
-            (
-                "an earlier wave holds it",
-                PhaseInputs { earlier_waves_ready: false, blocking_wave: -1, ..inputs(Waiting) },
-                Step::Wait("waiting for the volumes of wave -1 to be ready".into()),
-            ),
             (
                 "the parent holds it",
                 PhaseInputs { parent_ready: false, ..inputs(Waiting) },
@@ -348,19 +404,102 @@ mod tests {
         assert_eq!(earlier_waves_ready(5, &[]), Ok(()));
     }
 
+    fn vc(wave: i64, grow: bool, max: u64) -> VolumeConfig {
+        let mut c = VolumeConfig::default();
+        c.provisioning.wave = wave;
+        c.provisioning.disk_selector.expression = "system_disk".into();
+        c.provisioning.partition_spec.grow = grow;
+        c.provisioning.partition_spec.min_size = MIB;
+        c.provisioning.partition_spec.max_size = max;
+        c
+    }
+
     #[test]
-    fn fixed_volumes_come_before_growing_ones_in_a_wave() {
-        let vc = |wave, grow| {
-            let mut c = VolumeConfig::default();
-            c.provisioning.wave = wave;
-            c.provisioning.partition_spec.grow = grow;
-            c
-        };
-        let mut vols =
-            [("u-data", vc(0, false)), ("EPHEMERAL", vc(-1, true)), ("STATE", vc(-1, false)), ("META", vc(-1, false))];
+    fn volumes_are_taken_in_talos_order() {
+        // META is only located; the rest by wave, fixed before growing, smaller maximum first.
+        let meta = VolumeConfig::default();
+        let mut vols = [
+            ("u-data", vc(0, false, 0)),
+            ("u-big", vc(0, true, 0)),
+            ("u-small", vc(0, true, 200 * MIB)),
+            ("s-swap", vc(0, false, GIB)),
+            ("r-raw", vc(0, false, GIB)),
+            ("EPHEMERAL", vc(-1, true, 0)),
+            ("STATE", vc(-1, false, 100 * MIB)),
+            ("e-old", VolumeConfig::default()),
+            ("META", meta),
+        ];
         vols.sort_by(|a, b| order_key(a.0, &a.1).cmp(&order_key(b.0, &b.1)));
         let ids: Vec<_> = vols.iter().map(|v| v.0).collect();
-        assert_eq!(ids, ["META", "STATE", "EPHEMERAL", "u-data"]);
+        assert_eq!(ids, ["META", "e-old", "STATE", "EPHEMERAL", "r-raw", "s-swap", "u-data", "u-small", "u-big"]);
+    }
+
+    #[test]
+    fn a_volume_not_found_is_missing_or_waits_for_its_wave() {
+        let provisioned = vc(0, false, 0);
+        let located_only = VolumeConfig::default();
+        let cases = [
+            ("the node does not make it", &located_only, Err(-1), NotFound::Missing),
+            ("the node does not make it, waves or not", &located_only, Ok(()), NotFound::Missing),
+            (
+                "an earlier wave holds it",
+                &provisioned,
+                Err(-1),
+                NotFound::Wait("waiting for the volumes of wave -1 to be ready".into()),
+            ),
+            ("its turn", &provisioned, Ok(()), NotFound::Provision),
+        ];
+        for (name, config, waves, want) in cases {
+            assert_eq!(not_found(config, waves), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_disks_and_partitions_are_looked_for() {
+        use VolumeType::*;
+        let cases = [
+            (Partition, false),
+            (Disk, false),
+            (Directory, true),
+            (External, true),
+            (Tmpfs, false),
+            (Symlink, false),
+            (Overlay, false),
+        ];
+        for (kind, want) in cases {
+            assert_eq!(is_ready_at_once(kind), want, "{kind:?}");
+        }
+        assert_eq!(one_disk(&[]), Ok(None));
+        assert_eq!(one_disk(&["vdb"]), Ok(Some("vdb")));
+        assert_eq!(
+            one_disk(&["vdb", "vdc"]),
+            Err("multiple disks matched locator for disk volume; matched disks: vdb, vdc".into())
+        );
+    }
+
+    #[test]
+    fn encryption_is_refused_not_ignored() {
+        let mut c = VolumeConfig::default();
+        assert_eq!(prepare(&c), Ok(()));
+        c.encryption.provider = EncryptionProvider::Luks2;
+        assert!(prepare(&c).unwrap_err().starts_with("encryption (luks2) is configured, but this node"));
+    }
+
+    #[test]
+    fn an_unformatted_volume_is_what_the_probe_found() {
+        use FilesystemType as F;
+        let cases: [(&str, bool, Result<F, String>); 7] = [
+            ("xfs", true, Ok(F::Xfs)),
+            ("extfs", true, Ok(F::Ext4)),
+            ("vfat", true, Ok(F::Vfat)),
+            ("", false, Ok(F::None)),
+            ("luks", false, Ok(F::None)),
+            ("", true, Err("filesystem not found on /dev/vdb1".into())),
+            ("luks", true, Err("volume is encrypted, but no encryption config provided".into())),
+        ];
+        for (found, mounted, want) in cases {
+            assert_eq!(found_filesystem(found, mounted, "/dev/vdb1"), want, "{found:?} mounted={mounted}");
+        }
     }
 
     fn dv(dev: &str, label: &str, name: &str) -> DiscoveredVolume {
@@ -477,6 +616,15 @@ mod tests {
             (F::Ext4, "extfs", FormatDecision::Keep),
             (F::None, "", FormatDecision::Keep),
             (F::None, "xfs", FormatDecision::Keep),
+            (F::Swap, "", FormatDecision::Make),
+            (F::Swap, "swap", FormatDecision::Make),
+            (
+                F::Swap,
+                "xfs",
+                FormatDecision::Refuse(
+                    "the volume holds xfs, not swap; it is left as it is (wipe it to have it formatted)".into(),
+                ),
+            ),
             (
                 F::Xfs,
                 "ext4",
