@@ -502,8 +502,8 @@ impl VolumeManagerController {
             // Raw and existing volumes: never formatted; an existing one is mounted with what
             // it holds.
             let mounted = !config.mount.target_path.is_empty();
-            let filesystem = volumes::found_filesystem(&found.name, mounted, &status.mount_location)
-                .map_err(StepError::failed)?;
+            let filesystem =
+                volumes::found_filesystem(&found.name, mounted, &status.mount_location).map_err(StepError::failed)?;
             return Ok(VolumeStatus { filesystem, ..volumes::advance(status, VolumePhase::Ready) });
         }
         // The label Talos gives: the system volumes' own, none for the documents' volumes.
