@@ -122,6 +122,29 @@ fn partition_spec(
     }
 }
 
+/// A volume document's own partition (user, raw, swap): labelled and located by its id, at
+/// the user volumes' wave, on a disk its selector picks (none when it has no selector).
+fn document_partition(
+    id: &str,
+    provisioning: &Provisioning,
+    encryption: Option<&Encryption>,
+    type_uuid: &str,
+    filesystem_spec: FilesystemSpec,
+) -> VolumeConfig {
+    VolumeConfig {
+        kind: VolumeType::Partition,
+        provisioning: ProvisioningSpec {
+            wave: WAVE_USER_VOLUMES,
+            disk_selector: selector(provisioning, "false"),
+            partition_spec: partition_spec(provisioning, MIN_USER_VOLUME_SIZE, false, id, type_uuid),
+            filesystem_spec,
+        },
+        encryption: encryption_spec(encryption),
+        locator: label_match(id),
+        ..VolumeConfig::default()
+    }
+}
+
 /// A document's disk selector, or Talos's `noMatch` when it has none.
 fn selector(p: &Provisioning, default: &str) -> DiskSelector {
     let expression = p.disk_selector.as_ref().map_or(default, |e| e.as_str()).to_string();
@@ -311,17 +334,8 @@ pub fn volume_resources(view: Option<&BlockView>) -> Vec<VolumeResource> {
                 ..VolumeConfig::default()
             },
             UserVolumeType::Partition => VolumeConfig {
-                kind: VolumeType::Partition,
-                provisioning: ProvisioningSpec {
-                    wave: WAVE_USER_VOLUMES,
-                    disk_selector: selector(&doc.provisioning, "false"),
-                    partition_spec: partition_spec(&doc.provisioning, MIN_USER_VOLUME_SIZE, false, &id, LINUX_DATA),
-                    filesystem_spec: fs,
-                },
-                encryption: encryption_spec(doc.encryption.as_ref()),
-                locator: label_match(&id),
                 mount,
-                ..VolumeConfig::default()
+                ..document_partition(&id, &doc.provisioning, doc.encryption.as_ref(), LINUX_DATA, fs)
             },
         };
         let mount = user_request(&id, &doc.mount);
@@ -330,18 +344,8 @@ pub fn volume_resources(view: Option<&BlockView>) -> Vec<VolumeResource> {
 
     for doc in &view.raw_volumes {
         let id = doc.volume_id();
-        let config = VolumeConfig {
-            kind: VolumeType::Partition,
-            provisioning: ProvisioningSpec {
-                wave: WAVE_USER_VOLUMES,
-                disk_selector: selector(&doc.provisioning, "false"),
-                partition_spec: partition_spec(&doc.provisioning, MIN_USER_VOLUME_SIZE, false, &id, LINUX_DATA),
-                filesystem_spec: FilesystemSpec::default(),
-            },
-            encryption: encryption_spec(doc.encryption.as_ref()),
-            locator: label_match(&id),
-            ..VolumeConfig::default()
-        };
+        let config =
+            document_partition(&id, &doc.provisioning, doc.encryption.as_ref(), LINUX_DATA, FilesystemSpec::default());
         out.push(VolumeResource { id, label: RAW_VOLUME_LABEL, config, mount: None });
     }
 
@@ -376,18 +380,8 @@ pub fn volume_resources(view: Option<&BlockView>) -> Vec<VolumeResource> {
 
     for doc in &view.swap_volumes {
         let id = doc.volume_id();
-        let config = VolumeConfig {
-            kind: VolumeType::Partition,
-            provisioning: ProvisioningSpec {
-                wave: WAVE_USER_VOLUMES,
-                disk_selector: selector(&doc.provisioning, "false"),
-                partition_spec: partition_spec(&doc.provisioning, MIN_USER_VOLUME_SIZE, false, &id, LINUX_SWAP),
-                filesystem_spec: FilesystemSpec { kind: FilesystemType::Swap, ..FilesystemSpec::default() },
-            },
-            encryption: encryption_spec(doc.encryption.as_ref()),
-            locator: label_match(&id),
-            ..VolumeConfig::default()
-        };
+        let swap = FilesystemSpec { kind: FilesystemType::Swap, ..FilesystemSpec::default() };
+        let config = document_partition(&id, &doc.provisioning, doc.encryption.as_ref(), LINUX_SWAP, swap);
         let mount = request(&id);
         out.push(VolumeResource { id, label: SWAP_VOLUME_LABEL, config, mount: Some(mount) });
     }
