@@ -116,9 +116,26 @@ fn mount_read_and_release(method: loopdev::AttachMethod, name: &str) {
     let write = std::fs::write(target.join("new"), b"x").expect_err("writing to a read-only mount must fail");
     assert_eq!(write.raw_os_error(), Some(rustix::io::Errno::ROFS.raw_os_error()), "{write}");
 
-    rustix::mount::unmount(&target, rustix::mount::UnmountFlags::empty()).expect("unmounting");
+    unmount_retrying_busy(&target);
     scratch.mounts.clear();
     assert!(wait_detached(number), "loop{number} still attached after unmount: autoclear did not release it");
+}
+
+/// Unmount, retrying EBUSY for a few seconds. Another test thread spawning a program can hold a
+/// duplicate of a file descriptor opened inside the mount for the instant between its fork and exec
+/// (O_CLOEXEC closes it only at exec), and the host's own probers may open the loop device's files;
+/// either makes a plain umount fail once. Any other error, or EBUSY that lasts, fails the test.
+fn unmount_retrying_busy(target: &Path) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match rustix::mount::unmount(target, rustix::mount::UnmountFlags::empty()) {
+            Ok(()) => return,
+            Err(rustix::io::Errno::BUSY) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("unmounting {}: {e}", target.display()),
+        }
+    }
 }
 
 #[test]
