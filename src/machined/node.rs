@@ -222,10 +222,11 @@ impl Node for MachineNode {
     }
 }
 
-/// Wipes one device (under `dev`), drops its partition when asked, and has the kernel announce
-/// the change (a `change` uevent through `sys_class_block`), which moves the device's
-/// generation so discovery probes it again.
-fn wipe_block_device(
+/// Wipes one device (under `dev`, normally `/dev`), drops its partition when asked, and has
+/// the kernel announce the change (a `change` uevent through `sys_class_block`, normally
+/// `/sys/class/block`), which moves the device's generation so discovery probes it again.
+/// A device that is mounted or held is FailedPrecondition and left as it was.
+pub fn wipe_block_device(
     wipe: &BlockDeviceWipe,
     dev: &std::path::Path,
     sys_class_block: &std::path::Path,
