@@ -167,7 +167,7 @@ impl Controller for VolumeManagerController {
                     failed_for: self.failed_at.get(id).map(|t| t.elapsed()).unwrap_or(Duration::MAX),
                     device_gone: {
                         let seen: Vec<&str> = world.discovered.iter().map(|v| v.dev_path.as_str()).collect();
-                        volumes::device_gone(&status, &seen, mounted.contains(id))
+                        volumes::device_gone(&status, &seen, mounted.contains(id), |path| Path::new(path).exists())
                     },
                 };
                 let phase = status.phase;

@@ -128,14 +128,22 @@ pub fn is_ready_at_once(kind: VolumeType) -> bool {
 }
 
 /// Whether a ready volume's device has gone: it lives on a disk (a partition or a whole disk),
-/// discovery no longer lists its path, and no mount holds it (a mounted device cannot vanish
-/// under the node without the mount failing first; that volume is left for the mount to report).
-pub fn device_gone(status: &VolumeStatus, discovered: &[&str], mounted: bool) -> bool {
+/// discovery no longer lists its path, the kernel has no node for it (`node_exists` is asked
+/// only then: discovery lags a partition just made, devtmpfs does not), and no mount holds it
+/// (a mounted device cannot vanish under the node without the mount failing first; that volume
+/// is left for the mount to report).
+pub fn device_gone(
+    status: &VolumeStatus,
+    discovered: &[&str],
+    mounted: bool,
+    node_exists: impl FnOnce(&str) -> bool,
+) -> bool {
     matches!(status.kind, VolumeType::Partition | VolumeType::Disk)
         && status.phase == VolumePhase::Ready
         && !status.location.is_empty()
         && !mounted
         && !discovered.contains(&status.location.as_str())
+        && !node_exists(&status.location)
 }
 
 /// The one disk a whole-disk volume's locator picks: none yet, or an error when it picks
@@ -531,8 +539,11 @@ mod tests {
             ("no location", ready(VolumeType::Partition, ""), false, false),
         ];
         for (name, status, mounted, want) in cases {
-            assert_eq!(device_gone(&status, &seen, mounted), want, "{name}");
+            assert_eq!(device_gone(&status, &seen, mounted, |_| false), want, "{name}");
         }
+        // Discovery has not seen a partition made a moment ago, but the kernel has its node.
+        let just_made = ready(VolumeType::Partition, "/dev/vdb2");
+        assert!(!device_gone(&just_made, &seen, false, |path| path == "/dev/vdb2"));
     }
 
     #[test]
