@@ -150,13 +150,15 @@ pub fn rule(method: &str) -> Rule {
 }
 
 /// What a node in maintenance mode serves, as Talos's maintenance service does: applying a
-/// configuration, its version, a reset, and reads of non-sensitive resources. Everything else
-/// waits for a configuration.
+/// configuration, its version, a reset, the wipe of unused block devices (so a disk can be
+/// cleared before the configuration claims it), and reads of non-sensitive resources.
+/// Everything else waits for a configuration.
 pub const MAINTENANCE_METHODS: &[&str] = &[
     "/machine.MachineService/ApplyConfiguration",
     "/machine.MachineService/Version",
     "/machine.MachineService/Reset",
     "/machine.MachineService/Upgrade",
+    "/storage.StorageService/BlockDeviceWipe",
     "/cosi.resource.State/Get",
     "/cosi.resource.State/List",
     "/cosi.resource.State/Watch",
@@ -235,6 +237,24 @@ mod tests {
         assert_eq!(refused.code(), Code::Unimplemented);
         assert!(refused.message().contains("maintenance"), "{}", refused.message());
         assert!(authorize("/machine.MachineService/ServiceList", &[READER], NodeMode::Configured).is_ok());
+    }
+
+    /// Talos: admin, or os:reader in maintenance only ("verified in the handler" there, by
+    /// the rule here).
+    #[test]
+    fn block_device_wipe_is_admin_or_a_maintenance_reader() {
+        let wipe = "/storage.StorageService/BlockDeviceWipe";
+        assert!(authorize(wipe, &[READER], NodeMode::Maintenance).is_ok());
+        assert!(authorize(wipe, &[ADMIN], NodeMode::Configured).is_ok());
+        for roles in [&[READER][..], &[OPERATOR], &[OPERATOR, READER]] {
+            let e = authorize(wipe, roles, NodeMode::Configured).unwrap_err();
+            assert_eq!(e.code(), Code::PermissionDenied, "{roles:?}");
+        }
+        assert!(authorize("/storage.StorageService/Disks", &[READER], NodeMode::Configured).is_ok());
+        assert_eq!(
+            authorize("/storage.StorageService/Disks", &[ADMIN], NodeMode::Maintenance).unwrap_err().code(),
+            Code::Unimplemented
+        );
     }
 
     #[test]

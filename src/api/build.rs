@@ -24,6 +24,7 @@ const PROTO_FILES: &[&str] = &[
     "machine/machine.proto",
     "securityapi/security.proto",
     "time/time.proto",
+    "storage/storage.proto",
     "cosi/resource/resource.proto",
     "cosi/resource/state.proto",
 ];

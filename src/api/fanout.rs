@@ -1,4 +1,5 @@
-//! One-to-many proxying (`nodes` metadata), as Talos's apid does it for `machine.MachineService`,
+//! One-to-many proxying (`nodes` metadata), as Talos's apid does it for `machine.MachineService`
+//! (and `storage.StorageService`, whose replies have the same shape),
 //! for clients that still send it (talosctl before client-side fan-out): the same call to every
 //! node, the replies merged into one, each message tagged with the node it came from.
 //!

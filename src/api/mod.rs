@@ -22,6 +22,7 @@ pub mod router;
 pub mod server;
 pub mod sockets;
 pub mod state_service;
+pub mod storage_service;
 pub mod time_service;
 pub mod trustd;
 

@@ -97,6 +97,18 @@ pub struct ResetRequest {
     pub user_disks: Vec<String>,
 }
 
+/// One block device to wipe, checked against the node's volumes and disks by the storage
+/// service (`api::storage_service`) before the node is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockDeviceWipe {
+    /// The kernel name: `vdb`, `vdb2`.
+    pub device: String,
+    pub method: crate::block::wipe::Method,
+    /// After the wipe, remove the partition from its disk's table: (the disk's kernel name,
+    /// the partition number). `None` for a disk, or when not asked.
+    pub drop_partition: Option<(String, u32)>,
+}
+
 /// The right to apply, held for the length of one ApplyConfiguration call.
 pub trait ApplyPermit: Send {
     /// Stores (already validated) `text`.
@@ -131,4 +143,10 @@ pub trait Node: Send + Sync + 'static {
     /// Asks time server `server` (SNTP, from the node's network): the node's clock when the
     /// answer came, and the server's offset from it in nanoseconds.
     async fn query_time(&self, server: &str) -> Result<(SystemTime, i128), Status>;
+    /// Wipes each device in turn (dropping partitions where asked) and has the kernel announce
+    /// the change, so discovery probes them again. A device in use is FailedPrecondition.
+    async fn wipe_block_devices(&self, wipes: Vec<BlockDeviceWipe>) -> Result<(), Status> {
+        let _ = wipes;
+        Err(Status::unimplemented("this node cannot wipe block devices"))
+    }
 }

@@ -35,6 +35,11 @@ pub mod time {
     include!(concat!(env!("OUT_DIR"), "/time.rs"));
 }
 
+/// `storage`: `StorageService`, the node's disks and the wipe of unused block devices.
+pub mod storage {
+    include!(concat!(env!("OUT_DIR"), "/storage.rs"));
+}
+
 /// `cosi.resource`: the resource wire format and the read-only `State` service.
 pub mod cosi {
     pub mod resource {
@@ -125,6 +130,8 @@ mod tests {
         ("/securityapi.SecurityService/Certificate", false, false),
         ("/time.TimeService/Time", false, false),
         ("/time.TimeService/TimeCheck", false, false),
+        ("/storage.StorageService/Disks", false, false),
+        ("/storage.StorageService/BlockDeviceWipe", false, false),
         ("/cosi.resource.State/Get", false, false),
         ("/cosi.resource.State/List", false, true),
         ("/cosi.resource.State/Watch", false, true),
@@ -185,6 +192,27 @@ mod tests {
         assert_eq!(write.encode_to_vec(), [0x08, 0x0a, 0x12, 0x02, b'a', b'b']);
         // A key past a byte still travels (the node refuses it, as Talos's does).
         assert_eq!(machine::MetaDeleteRequest { key: 300 }.encode_to_vec(), [0x08, 0xac, 0x02]);
+    }
+
+    /// Talos's BlockDeviceWipeDescriptor { device = 1; method = 2; skip_volume_check = 3;
+    /// drop_partition = 4; skip_secondary_check = 5 }, by hand (5 is declared before 4 in the
+    /// proto; the encoding goes by number).
+    #[test]
+    fn wipe_descriptor_encodes_with_talos_numbers() {
+        let descriptor = storage::BlockDeviceWipeDescriptor {
+            device: "vdb2".into(),
+            method: storage::block_device_wipe_descriptor::Method::Zeroes as i32,
+            skip_volume_check: true,
+            skip_secondary_check: true,
+            drop_partition: true,
+        };
+        let bytes = descriptor.encode_to_vec();
+        assert_eq!(bytes, [0x0a, 0x04, b'v', b'd', b'b', b'2', 0x10, 0x01, 0x18, 0x01, 0x20, 0x01, 0x28, 0x01]);
+        let request = storage::BlockDeviceWipeRequest { devices: vec![descriptor] };
+        assert_eq!(request.encode_to_vec()[..2], [0x0a, 14]);
+        // FAST is 0 and travels as nothing.
+        let fast = storage::BlockDeviceWipeDescriptor { device: "vdb".into(), ..Default::default() };
+        assert_eq!(fast.encode_to_vec(), [0x0a, 0x03, b'v', b'd', b'b']);
     }
 
     /// The talosbox extension is field 1001 and a Talos-shaped reader, which has only fields

@@ -218,7 +218,8 @@ impl Proxy {
     }
 
     /// `nodes`: the call to every target at once, the replies merged with their hostnames
-    /// (see `fanout`). Only `machine.MachineService` follows the reply convention this needs.
+    /// (see `fanout`). Only `machine.MachineService` and `storage.StorageService` are fanned
+    /// out: their replies follow the convention this needs.
     async fn fan_out(
         &self,
         targets: Vec<(String, Route)>,
@@ -226,11 +227,12 @@ impl Proxy {
         body: ProxyBody,
         exceeded: &AtomicBool,
     ) -> Response<ProxyBody> {
-        let Some(streaming) = machine_service_streaming(&call.path) else {
+        let Some(streaming) = fan_out_streaming(&call.path) else {
             return error_response(
                 Code::InvalidArgument,
                 &format!(
-                    "one-to-many proxying (nodes metadata) is for machine.MachineService only, not {}: use node",
+                    "one-to-many proxying (nodes metadata) is for machine.MachineService and \
+                     storage.StorageService only, not {}: use node",
                     call.path
                 ),
             );
@@ -286,15 +288,18 @@ struct Call {
     authority: Option<String>,
 }
 
-/// Whether a `machine.MachineService` method streams its replies; `None` for other services
-/// and unknown methods.
-fn machine_service_streaming(path: &str) -> Option<bool> {
+/// Services whose replies follow Talos's `messages` / `metadata` convention (see `fanout`).
+const FAN_OUT_SERVICES: &[&str] = &["/machine.MachineService/", "/storage.StorageService/"];
+
+/// Whether a method of the [`FAN_OUT_SERVICES`] streams its replies; `None` for other
+/// services and unknown methods.
+fn fan_out_streaming(path: &str) -> Option<bool> {
     static METHODS: std::sync::OnceLock<HashMap<String, bool>> = std::sync::OnceLock::new();
     let methods = METHODS.get_or_init(|| {
         super::proto::rpc_methods()
             .unwrap_or_default()
             .into_iter()
-            .filter(|m| m.path.starts_with("/machine.MachineService/"))
+            .filter(|m| FAN_OUT_SERVICES.iter().any(|s| m.path.starts_with(s)))
             .map(|m| (m.path, m.server_streaming))
             .collect()
     });
@@ -480,6 +485,17 @@ pub fn error_response(code: Code, message: &str) -> Response<ProxyBody> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fan_out_is_for_services_with_talos_replies() {
+        assert_eq!(fan_out_streaming("/machine.MachineService/Version"), Some(false));
+        assert_eq!(fan_out_streaming("/machine.MachineService/Logs"), Some(true));
+        assert_eq!(fan_out_streaming("/storage.StorageService/BlockDeviceWipe"), Some(false));
+        assert_eq!(fan_out_streaming("/storage.StorageService/Disks"), Some(false));
+        assert_eq!(fan_out_streaming("/storage.StorageService/Nothing"), None);
+        assert_eq!(fan_out_streaming("/time.TimeService/Time"), None);
+        assert_eq!(fan_out_streaming("/cosi.resource.State/List"), None);
+    }
 
     #[test]
     fn nodes_get_apids_port() {

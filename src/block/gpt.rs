@@ -540,6 +540,16 @@ impl Table {
         self.set_partition(index as u32 + 1, p)
     }
 
+    /// Empties entry `number` (1-based) and returns the partition it held; the other entries
+    /// keep their numbers, as the kernel's partition names depend on them.
+    pub fn remove_partition(&mut self, number: u32) -> Result<Placed, GptError> {
+        let entries = self.entries.len();
+        let missing = GptError::NoPartition { number, entries };
+        let Some(index) = (number as usize).checked_sub(1).filter(|i| *i < entries) else { return Err(missing) };
+        let Some(p) = self.entries[index].take() else { return Err(missing) };
+        Ok(self.placed(index, &p))
+    }
+
     /// How many bytes partition `number` could grow by: the free run right after it, up to the
     /// next partition or the end of the usable area, its end cut to a 1 MiB boundary.
     pub fn available_growth(&self, number: u32) -> Result<u64, GptError> {
@@ -1045,6 +1055,31 @@ mod tests {
             assert!(t.partitions().last().unwrap().partition.last_lba <= t.last_usable());
             assert_eq!((t.first_usable(), t.last_usable(), t.backup_lba()), (34, total - 34, total - 1));
         }
+    }
+
+    #[test]
+    fn removing_a_partition_frees_its_entry_and_space_only() {
+        let mut t = plan(Guid::derived(b"d"), &[spec("a", 1), spec("b", 2), spec("c", 1)]).unwrap();
+        let free_before = t.free_extents();
+        let removed = t.remove_partition(2).unwrap();
+        assert_eq!((removed.number, removed.partition.name.as_str()), (2, "b"));
+        assert_eq!((removed.partition.first_lba, removed.partition.last_lba), (4096, 8191));
+        let left: Vec<_> = t.partitions().iter().map(|p| (p.number, p.partition.name.clone())).collect();
+        assert_eq!(left, [(1, "a".to_string()), (3, "c".to_string())]);
+        assert!(t.partition(2).is_none());
+        assert_eq!(t.free_extents().len(), free_before.len() + 1);
+        assert!(t.free_extents().contains(&Extent { first_lba: 4096, last_lba: 8191 }));
+        // The freed entry is the next one a new partition takes.
+        let again = t.add_partition("d", linux(), Guid::derived(b"x"), 1 << 20, 0, false).unwrap();
+        assert_eq!(again.number, 2);
+        // An unused entry, entries past the table, and 0 (numbers are 1-based).
+        for bad in [4, 129, u32::MAX, 0] {
+            let mut t = t.clone();
+            assert!(matches!(t.remove_partition(bad), Err(GptError::NoPartition { number, .. }) if number == bad));
+        }
+        let mut t2 = t.clone();
+        t2.remove_partition(2).unwrap();
+        assert!(matches!(t2.remove_partition(2), Err(GptError::NoPartition { number: 2, entries: 128 })));
     }
 
     #[test]

@@ -138,6 +138,10 @@ impl Session {
         crate::api::proto::time::time_service_client::TimeServiceClient::new(self.channel.clone())
     }
 
+    pub fn storage(&self) -> crate::api::proto::storage::storage_service_client::StorageServiceClient<Channel> {
+        crate::api::proto::storage::storage_service_client::StorageServiceClient::new(self.channel.clone())
+    }
+
     pub fn state(&self) -> StateClient<Channel> {
         StateClient::new(self.channel.clone()).max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
     }

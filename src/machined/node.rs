@@ -12,8 +12,8 @@ use tonic::Status;
 use super::config_store::{ApplyGuard, ConfigStore};
 use crate::api::events::EventLog;
 use crate::api::node::{
-    ApplyPermit, LogSource, Node, NodeMode, PowerAction, ResetRequest, ServiceAction, ServiceEventInfo, ServiceInfo,
-    StoreMode,
+    ApplyPermit, BlockDeviceWipe, LogSource, Node, NodeMode, PowerAction, ResetRequest, ServiceAction,
+    ServiceEventInfo, ServiceInfo, StoreMode,
 };
 use crate::kernel::power::PowerAction as Power;
 use crate::services::{LogRing, Supervisor, SupervisorError};
@@ -155,6 +155,20 @@ impl Node for MachineNode {
         }
     }
 
+    async fn wipe_block_devices(&self, wipes: Vec<BlockDeviceWipe>) -> Result<(), Status> {
+        if self.state.is_none() {
+            return Err(Status::failed_precondition("this node runs as a process (container mode): it has no disks"));
+        }
+        let done = tokio::task::spawn_blocking(move || {
+            for wipe in &wipes {
+                wipe_block_device(wipe, std::path::Path::new("/dev"), std::path::Path::new("/sys/class/block"))?;
+            }
+            Ok(())
+        })
+        .await;
+        done.map_err(|e| Status::internal(format!("the wipe did not finish: {e}")))?
+    }
+
     fn services(&self) -> Vec<ServiceInfo> {
         self.supervisor
             .snapshot()
@@ -206,4 +220,49 @@ impl Node for MachineNode {
         let guard = self.store.begin_apply()?;
         Some(Box::new(Permit { store: self.store.clone(), guard }))
     }
+}
+
+/// Wipes one device (under `dev`, normally `/dev`), drops its partition when asked, and has
+/// the kernel announce the change (a `change` uevent through `sys_class_block`, normally
+/// `/sys/class/block`), which moves the device's generation so discovery probes it again.
+/// A device that is mounted or held is FailedPrecondition and left as it was.
+pub fn wipe_block_device(
+    wipe: &BlockDeviceWipe,
+    dev: &std::path::Path,
+    sys_class_block: &std::path::Path,
+) -> Result<(), Status> {
+    use crate::block::wipe;
+    use crate::kernel::console;
+    let path = dev.join(&wipe.device);
+    match wipe::wipe(&path, wipe.method) {
+        Ok(size) => console::line(&format!("wipe: {} wiped ({:?}, {size} bytes)", path.display(), wipe.method)),
+        Err(e) if e.in_use() => {
+            return Err(Status::failed_precondition(format!(
+                "block device {:?} is mounted or in use: {e}",
+                wipe.device
+            )));
+        }
+        Err(e) => return Err(Status::internal(e.to_string())),
+    }
+    let mut announce = vec![wipe.device.clone()];
+    if let Some((disk, number)) = &wipe.drop_partition {
+        let disk_path = dev.join(disk);
+        let device =
+            crate::kernel::blockdev::BlockDevice::open(&disk_path).map_err(|e| Status::internal(e.to_string()))?;
+        let size = device.size_bytes().map_err(|e| Status::internal(e.to_string()))?;
+        let sector = device.logical_sector_size().map_err(|e| Status::internal(e.to_string()))?;
+        wipe::remove_partition(device.file(), &disk_path, size, sector, *number)
+            .map_err(|e| Status::internal(e.to_string()))?;
+        // The table no longer has it; the kernel's view follows (its node goes, with a remove uevent).
+        device.delete_partition(*number).map_err(|e| Status::internal(e.to_string()))?;
+        console::line(&format!("wipe: partition {number} dropped from {}", disk_path.display()));
+        announce = vec![disk.clone()];
+    }
+    for name in announce {
+        let uevent = sys_class_block.join(&name).join("uevent");
+        if let Err(e) = std::fs::write(&uevent, "change") {
+            console::line(&format!("wipe: announcing the change of {name} ({}): {e}", uevent.display()));
+        }
+    }
+    Ok(())
 }

@@ -12,6 +12,7 @@ mod meta;
 mod node;
 mod output;
 mod validate;
+mod wipe;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -112,6 +113,11 @@ enum Command {
         #[command(subcommand)]
         command: meta::MetaCommand,
     },
+    /// Wipe block devices (disks or partitions) that no volume uses.
+    Wipe {
+        #[command(subcommand)]
+        command: wipe::WipeCommand,
+    },
     /// Manage the talosconfig (endpoints, nodes, contexts) and mint client configs.
     Config {
         #[command(subcommand)]
@@ -168,6 +174,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Config { command } => configcmd::run(&cli, command),
         Command::Validate(args) => validate::run(&args),
         Command::Meta { command } => meta::run(&cli, command),
+        Command::Wipe { command } => wipe::run(&cli, command),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());
             ExitCode::SUCCESS

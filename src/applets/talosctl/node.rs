@@ -223,6 +223,7 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         | Command::Config { .. }
         | Command::Validate(_)
         | Command::Meta { .. }
+        | Command::Wipe { .. }
         | Command::Completion { .. } => ExitCode::FAILURE,
     }
 }

@@ -28,8 +28,8 @@ use crate::block::{gpt, probe};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
-    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, FilesystemType, NAMESPACE, REFRESH_ID,
-    SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
+    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, FilesystemType, MountStatus, NAMESPACE,
+    REFRESH_ID, SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
 };
 use crate::services::Reaper;
 use std::path::Path;
@@ -100,6 +100,7 @@ impl Controller for VolumeManagerController {
             Input::weak::<Disk>(NAMESPACE),
             Input::weak::<SystemDisk>(NAMESPACE),
             Input::weak::<DiscoveryRefreshStatus>(NAMESPACE),
+            Input::weak::<MountStatus>(NAMESPACE),
         ]
     }
 
@@ -140,6 +141,9 @@ impl Controller for VolumeManagerController {
         world.discovery_settled = settled_request.is_some_and(|r| r >= self.refresh)
             && world.disks.iter().all(|(_, d)| world.discovered.iter().any(|v| v.dev_path == d.dev_path));
 
+        let mounted: std::collections::BTreeSet<String> =
+            ctx.list::<MountStatus>(NAMESPACE)?.into_iter().map(|r| r.metadata().id.clone()).collect();
+
         ctx.start_tracking_outputs();
         ctx.apply(NAMESPACE, REFRESH_ID, DiscoveryRefreshRequest { request: self.refresh })?;
         let mut retry_in: Option<Duration> = None;
@@ -161,6 +165,10 @@ impl Controller for VolumeManagerController {
                     parent_ready,
                     discovery_settled: world.discovery_settled,
                     failed_for: self.failed_at.get(id).map(|t| t.elapsed()).unwrap_or(Duration::MAX),
+                    device_gone: {
+                        let seen: Vec<&str> = world.discovered.iter().map(|v| v.dev_path.as_str()).collect();
+                        volumes::device_gone(&status, &seen, mounted.contains(id), |path| Path::new(path).exists())
+                    },
                 };
                 let phase = status.phase;
                 let outcome = match volumes::next_step(&inputs) {
@@ -173,6 +181,17 @@ impl Controller for VolumeManagerController {
                             status.error_message = why;
                         }
                         break;
+                    }
+                    Step::Relocate => {
+                        crate::kernel::console::line(&format!(
+                            "volume {id}: {} is gone; locating it again",
+                            status.location
+                        ));
+                        Ok(VolumeStatus {
+                            phase: VolumePhase::Waiting,
+                            error_message: format!("{} is gone; locating the volume again", status.location),
+                            ..status.clone()
+                        })
                     }
                     Step::Retry(from) => {
                         self.failed_at.remove(id);

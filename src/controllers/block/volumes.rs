@@ -38,6 +38,10 @@ pub enum Step {
     Done,
     /// Failed earlier: go back to the phase it failed in once the retry is due.
     Retry(VolumePhase),
+    /// Ready, but its device is gone (a partition dropped by a wipe, a disk taken away) and
+    /// nothing is mounted from it: locate it again, which provisions it anew where the node
+    /// makes it. Talos leaves such a volume ready at a path that no longer exists.
+    Relocate,
 }
 
 /// The facts a step decision needs.
@@ -51,6 +55,8 @@ pub struct PhaseInputs {
     pub discovery_settled: bool,
     /// Time since the volume failed.
     pub failed_for: Duration,
+    /// The volume's device is no longer among the discovered ones and nothing is mounted from it.
+    pub device_gone: bool,
 }
 
 /// Talos's `processVolumeConfig`: one step per phase.
@@ -69,6 +75,7 @@ pub fn next_step(i: &PhaseInputs) -> Step {
         Located => Step::Grow,
         Provisioned => Step::Prepare,
         Prepared => Step::Format,
+        Ready if i.device_gone && i.discovery_settled => Step::Relocate,
         Ready | Closed => Step::Done,
         Failed if i.failed_for >= RETRY_AFTER => Step::Retry(i.pre_fail_phase),
         Failed => Step::Wait("failed; will retry".to_string()),
@@ -118,6 +125,25 @@ pub fn order_key<'a>(id: &'a str, config: &VolumeConfig) -> (bool, i64, bool, u6
 /// mounted) or an external share — nothing on a disk to find or make.
 pub fn is_ready_at_once(kind: VolumeType) -> bool {
     matches!(kind, VolumeType::Directory | VolumeType::External)
+}
+
+/// Whether a ready volume's device has gone: it lives on a disk (a partition or a whole disk),
+/// discovery no longer lists its path, the kernel has no node for it (`node_exists` is asked
+/// only then: discovery lags a partition just made, devtmpfs does not), and no mount holds it
+/// (a mounted device cannot vanish under the node without the mount failing first; that volume
+/// is left for the mount to report).
+pub fn device_gone(
+    status: &VolumeStatus,
+    discovered: &[&str],
+    mounted: bool,
+    node_exists: impl FnOnce(&str) -> bool,
+) -> bool {
+    matches!(status.kind, VolumeType::Partition | VolumeType::Disk)
+        && status.phase == VolumePhase::Ready
+        && !status.location.is_empty()
+        && !mounted
+        && !discovered.contains(&status.location.as_str())
+        && !node_exists(&status.location)
 }
 
 /// The one disk a whole-disk volume's locator picks: none yet, or an error when it picks
@@ -343,6 +369,7 @@ mod tests {
             parent_ready: true,
             discovery_settled: true,
             failed_for: Duration::ZERO,
+            device_gone: false,
         }
     }
 
@@ -355,6 +382,16 @@ mod tests {
             ("provisioned prepares", inputs(Provisioned), Step::Prepare),
             ("prepared formats", inputs(Prepared), Step::Format),
             ("ready rests", inputs(Ready), Step::Done),
+            (
+                "ready whose device went is located again",
+                PhaseInputs { device_gone: true, ..inputs(Ready) },
+                Step::Relocate,
+            ),
+            (
+                "a gone device waits for discovery to settle",
+                PhaseInputs { device_gone: true, discovery_settled: false, ..inputs(Ready) },
+                Step::Done,
+            ),
             ("closed rests", inputs(Closed), Step::Done),
             (
                 "the parent holds it",
@@ -475,6 +512,38 @@ mod tests {
             one_disk(&["vdb", "vdc"]),
             Err("multiple disks matched locator for disk volume; matched disks: vdb, vdc".into())
         );
+    }
+
+    #[test]
+    fn a_device_is_gone_only_from_a_ready_unmounted_disk_volume() {
+        let ready = |kind, location: &str| VolumeStatus {
+            kind,
+            phase: Ready,
+            location: location.to_string(),
+            ..VolumeStatus::default()
+        };
+        let seen = ["/dev/vdb", "/dev/vdb1"];
+        let cases = [
+            ("a dropped partition", ready(VolumeType::Partition, "/dev/vdb2"), false, true),
+            ("a partition still there", ready(VolumeType::Partition, "/dev/vdb1"), false, false),
+            ("a disk taken away", ready(VolumeType::Disk, "/dev/vdc"), false, true),
+            ("mounted: left to the mount", ready(VolumeType::Partition, "/dev/vdb2"), true, false),
+            ("a directory has no device", ready(VolumeType::Directory, "/var/mnt/x"), false, false),
+            ("a tmpfs has no device", ready(VolumeType::Tmpfs, "tmpfs"), false, false),
+            (
+                "not ready yet",
+                VolumeStatus { phase: Located, ..ready(VolumeType::Partition, "/dev/vdb2") },
+                false,
+                false,
+            ),
+            ("no location", ready(VolumeType::Partition, ""), false, false),
+        ];
+        for (name, status, mounted, want) in cases {
+            assert_eq!(device_gone(&status, &seen, mounted, |_| false), want, "{name}");
+        }
+        // Discovery has not seen a partition made a moment ago, but the kernel has its node.
+        let just_made = ready(VolumeType::Partition, "/dev/vdb2");
+        assert!(!device_gone(&just_made, &seen, false, |path| path == "/dev/vdb2"));
     }
 
     #[test]
