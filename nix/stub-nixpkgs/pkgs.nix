@@ -93,7 +93,11 @@ let
           ''
       }
     '';
-  rustPlatform = { inherit buildRustPackage; };
+  rustPlatform = {
+    inherit buildRustPackage;
+    # nixpkgs' hook points bindgen at its libclang; here Debian's libclang-dev is found as is.
+    bindgenHook = runCommand "bindgen-hook-debian" { } "mkdir -p $out";
+  };
 
   ovmf = runCommand "OVMF-debian" { } ''
     mkdir -p $out/FV
