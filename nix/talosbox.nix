@@ -12,8 +12,6 @@ rustPlatform.buildRustPackage {
   version = (builtins.fromTOML (builtins.readFile (src + "/Cargo.toml"))).package.version;
   inherit src;
   cargoLock.lockFile = src + "/Cargo.lock";
-  # The devicemapper crate generates its ioctl bindings with bindgen, which needs libclang.
-  nativeBuildInputs = [ rustPlatform.bindgenHook ];
   doCheck = checkOnly;
   cargoTestFlags = [ "--lib" ];
   meta = {

@@ -93,11 +93,7 @@ let
           ''
       }
     '';
-  rustPlatform = {
-    inherit buildRustPackage;
-    # nixpkgs' hook points bindgen at its libclang; here Debian's libclang-dev is found as is.
-    bindgenHook = runCommand "bindgen-hook-debian" { } "mkdir -p $out";
-  };
+  rustPlatform = { inherit buildRustPackage; };
 
   ovmf = runCommand "OVMF-debian" { } ''
     mkdir -p $out/FV
