@@ -745,9 +745,13 @@ fn open_encrypted(
     use std::io::{Seek, SeekFrom};
 
     let dm_opts = dm_options(spec)?;
-    crate::kernel::modules::Loader::shared()
-        .and_then(|l| l.load("dm-crypt"))
-        .map_err(|e| format!("loading dm-crypt: {e}"))?;
+    // dm-crypt, and the XTS template of its one cipher: the kernel's own request for it
+    // (crypto-xts) comes from inside the table load, where a failure is only ENOENT.
+    for module in ["dm-crypt", "xts"] {
+        crate::kernel::modules::Loader::shared()
+            .and_then(|l| l.load(module))
+            .map_err(|e| format!("loading {module}: {e}"))?;
+    }
     let name = luks2::mapping_name(volume_id);
     if let Some(m) = dm::find(&name).map_err(|e| e.to_string())? {
         return Ok(Opened {
