@@ -578,7 +578,10 @@ impl VolumeManagerController {
                 Ok(volumes::advance(status, VolumePhase::Ready))
             }
             decision @ (FormatDecision::Make | FormatDecision::Remake) => {
-                let mut cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
+                // The size of what is formatted: an opened LUKS2 volume is its partition less
+                // the header (16 MiB), which can cross mkfs.xfs's 300 MB floor.
+                let size = device_size(&device).unwrap_or(status.size);
+                let mut cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, size)
                     .map_err(|e| StepError::failed(e.to_string()))?;
                 if decision == FormatDecision::Remake {
                     crate::kernel::console::line(&format!(
@@ -745,9 +748,10 @@ fn open_encrypted(
     use std::io::{Seek, SeekFrom};
 
     let dm_opts = dm_options(spec)?;
-    // dm-crypt, and the XTS template of its one cipher: the kernel's own request for it
-    // (crypto-xts) comes from inside the table load, where a failure is only ENOENT.
-    for module in ["dm-crypt", "xts"] {
+    // dm-crypt, and what its one cipher is built from without AES-NI (the xts template over
+    // ecb(aes)): the kernel would ask for them itself from inside the table load, where any
+    // failure comes back as ENOENT alone.
+    for module in ["dm-crypt", "xts", "ecb"] {
         crate::kernel::modules::Loader::shared()
             .and_then(|l| l.load(module))
             .map_err(|e| format!("loading {module}: {e}"))?;
@@ -803,6 +807,12 @@ fn open_encrypted(
         formatted,
         failed_syncs: unlocked.failed_syncs,
     })
+}
+
+/// The size of a block device (or file) in bytes.
+fn device_size(device: &Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    std::fs::File::open(device).and_then(|mut f| f.seek(SeekFrom::End(0))).ok()
 }
 
 /// What the probe found on a volume.
