@@ -594,3 +594,65 @@ fn a_damaged_primary_falls_back_to_the_secondary() {
     s.poke(0, &[0; 6]);
     assert_eq!(s.header(), hdr, "the rewritten secondary is valid");
 }
+
+/// The volume layer (Talos's keys, slot order and key sync) on an image, checked by
+/// cryptsetup both ways: a volume it encrypts opens in cryptsetup by each configured key, and a
+/// volume cryptsetup made opens here and gets the configured slots added.
+mod volume_keys {
+    use super::*;
+    use talosbox::block::encryption::{self, KeyEnv};
+    use talosbox::resources::block::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
+
+    const UUID: &str = "8d1f3a52-7c4e-4b19-9a63-2e5f0c7d8b41";
+
+    fn key(slot: u32, kind: EncryptionKeyType, pass: &str) -> EncryptionKey {
+        EncryptionKey { slot, kind, static_passphrase: pass.into(), ..EncryptionKey::default() }
+    }
+
+    fn env() -> KeyEnv<'static> {
+        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None }
+    }
+
+    #[test]
+    fn a_volume_encrypted_here_opens_in_cryptsetup_by_each_key() {
+        let s = Scratch::new("vol-here");
+        let spec = EncryptionSpec {
+            keys: vec![key(0, EncryptionKeyType::Static, "vm-secret"), key(1, EncryptionKeyType::NodeId, "")],
+            ..EncryptionSpec::default()
+        };
+        let u = encryption::format(&mut s.open(), &spec, &env(), &mut || Ok(PBKDF2)).expect("encrypting");
+        assert!(u.failed_syncs.is_empty(), "{:?}", u.failed_syncs);
+        assert!(cryptsetup_accepts(&s, b"vm-secret", Some(0)));
+        assert!(cryptsetup_accepts(&s, format!("{UUID}u-secret").as_bytes(), Some(1)));
+        assert!(!cryptsetup_accepts(&s, b"vm-secret", Some(1)));
+        assert_eq!(cryptsetup_volume_key(&s, b"vm-secret"), u.key.as_bytes());
+    }
+
+    #[test]
+    fn a_volume_cryptsetup_made_opens_here_and_gets_the_configured_slots() {
+        let s = Scratch::new("vol-theirs");
+        format_with_cryptsetup(&s, b"theirs", CS_PBKDF2);
+        // Slot 0 is cryptsetup's; the config names it with the same passphrase, adds a nodeID
+        // slot 1 and a recovery slot 5.
+        let spec = EncryptionSpec {
+            keys: vec![
+                key(0, EncryptionKeyType::Static, "theirs"),
+                key(1, EncryptionKeyType::NodeId, ""),
+                key(5, EncryptionKeyType::Static, "recovery"),
+            ],
+            ..EncryptionSpec::default()
+        };
+        let u = encryption::open(&mut s.open(), &spec, &env(), &mut || Ok(PBKDF2)).expect("opening");
+        assert_eq!(u.slot, 0);
+        assert!(u.failed_syncs.is_empty(), "{:?}", u.failed_syncs);
+        assert_eq!(cryptsetup_volume_key(&s, b"theirs"), u.key.as_bytes());
+        assert!(cryptsetup_accepts(&s, format!("{UUID}u-secret").as_bytes(), Some(1)));
+        assert!(cryptsetup_accepts(&s, b"recovery", Some(5)));
+        // Dropping slot 0 from the config removes it; cryptsetup no longer opens with it.
+        let spec = EncryptionSpec { keys: spec.keys[1..].to_vec(), ..spec };
+        let u = encryption::open(&mut s.open(), &spec, &env(), &mut || Ok(PBKDF2)).expect("opening again");
+        assert_eq!(u.slot, 1);
+        assert!(!cryptsetup_accepts(&s, b"theirs", None));
+        assert!(cryptsetup_accepts(&s, b"recovery", None));
+    }
+}

@@ -6,6 +6,7 @@
 //! dm-crypt tables (`luks2`), the swap area header (`swap`), the CEL expressions that volume
 //! configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`).
 
+pub mod encryption;
 pub mod fat;
 pub mod format;
 pub mod gpt;

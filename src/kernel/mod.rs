@@ -11,6 +11,7 @@ pub mod blockdev;
 pub mod clock;
 pub mod cmdline;
 pub mod console;
+pub mod dm;
 pub mod input;
 pub mod kmsg;
 pub mod loopdev;

@@ -261,6 +261,15 @@ fn power_down(action: PowerAction) -> ! {
     for failure in power::unmount_all() {
         console::line(&format!("{action}: {failure} (skipped)"));
     }
+    // Encrypted volumes close once nothing is mounted from them (and before a Reset's wipe,
+    // which opens the partition exclusively).
+    let (closed, failed) = crate::kernel::dm::close_all("luks2-");
+    for name in closed {
+        console::line(&format!("{action}: closed {name}"));
+    }
+    for failure in failed {
+        console::line(&format!("{action}: {failure} (left open)"));
+    }
     let wipes = match RESET_WIPES.lock() {
         Ok(mut w) => std::mem::take(&mut *w),
         Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),

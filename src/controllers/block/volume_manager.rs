@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use super::volumes::{self, DiskCandidate, FormatDecision, FreeSpace, Lookup, NotFound, PhaseInputs, Step};
 use crate::block::format;
+use crate::block::luks2::DmCryptOptions;
 use crate::block::selector::{Env, Expression, Vars};
 use crate::block::{gpt, probe};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
-    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, FilesystemType, MountStatus, NAMESPACE,
-    REFRESH_ID, SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
+    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, EncryptionProvider, FilesystemType,
+    MountStatus, NAMESPACE, REFRESH_ID, SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
 };
 use crate::services::Reaper;
 use std::path::Path;
@@ -210,12 +211,14 @@ impl Controller for VolumeManagerController {
                         self.locate_and_provision(ctx, id, config, &status, earlier, &mut world).await
                     }
                     Step::Grow => self.grow(ctx, config, &status).await,
-                    Step::Prepare => match volumes::prepare(config) {
-                        Ok(()) => Ok(VolumeStatus {
+                    Step::Prepare => match config.encryption.provider {
+                        EncryptionProvider::None => Ok(VolumeStatus {
                             mount_location: status.location.clone(),
+                            encryption_provider: EncryptionProvider::None,
+                            encryption_failed_syncs: Vec::new(),
                             ..volumes::advance(&status, VolumePhase::Prepared)
                         }),
-                        Err(why) => Err(StepError::failed(why)),
+                        EncryptionProvider::Luks2 => self.prepare_encrypted(ctx, id, config, &status).await,
                     },
                     Step::Format => self.format(ctx, id, config, &status).await,
                 };
@@ -500,6 +503,41 @@ impl VolumeManagerController {
         Ok(next)
     }
 
+    /// Talos's `HandleEncryption` for LUKS2: a blank volume is encrypted, a LUKS2 one opened
+    /// (any other content is refused), as `luks2-<id>`; the opened device is what the volume
+    /// is formatted and mounted as.
+    async fn prepare_encrypted(
+        &mut self,
+        ctx: &Context,
+        id: &str,
+        config: &VolumeConfig,
+        status: &VolumeStatus,
+    ) -> Result<VolumeStatus, StepError> {
+        let (location, volume_id, spec) = (status.location.clone(), id.to_string(), config.encryption.clone());
+        let opened = ctx
+            .blocking("opening an encrypted volume", move || open_encrypted(&location, &volume_id, &spec))
+            .await?
+            .map_err(|e| StepError::failed(format!("encryption: {e}")))?;
+        let how = match (opened.formatted, opened.slot) {
+            (true, Some(slot)) => format!("encrypted with key slot {slot}"),
+            (false, Some(slot)) => format!("opened with key slot {slot}"),
+            (_, None) => "already open".to_string(),
+        };
+        crate::kernel::console::line(&format!("volume {id}: {} {how} as {}", status.location, opened.mount_location));
+        for failure in &opened.failed_syncs {
+            crate::kernel::console::line(&format!("volume {id}: key sync: {failure}"));
+        }
+        if opened.formatted {
+            self.refresh += 1;
+        }
+        Ok(VolumeStatus {
+            mount_location: opened.mount_location,
+            encryption_provider: EncryptionProvider::Luks2,
+            encryption_failed_syncs: opened.failed_syncs,
+            ..volumes::advance(status, VolumePhase::Prepared)
+        })
+    }
+
     async fn format(
         &mut self,
         ctx: &Context,
@@ -540,7 +578,10 @@ impl VolumeManagerController {
                 Ok(volumes::advance(status, VolumePhase::Ready))
             }
             decision @ (FormatDecision::Make | FormatDecision::Remake) => {
-                let mut cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, status.size)
+                // The size of what is formatted: an opened LUKS2 volume is its partition less
+                // the header (16 MiB), which can cross mkfs.xfs's 300 MB floor.
+                let size = device_size(&device).unwrap_or(status.size);
+                let mut cmd = format::mkfs(&self.root, wanted, &status.mount_location, &label, size)
                     .map_err(|e| StepError::failed(e.to_string()))?;
                 if decision == FormatDecision::Remake {
                     crate::kernel::console::line(&format!(
@@ -664,6 +705,114 @@ fn write_swap(device: &Path, size: u64, label: &str) -> Result<(), String> {
     let page = crate::block::swap::header(rustix::param::page_size(), size, uuid, label).map_err(|e| e.to_string())?;
     let file = std::fs::OpenOptions::new().write(true).open(device).map_err(|e| e.to_string())?;
     file.write_all_at(&page, 0).and_then(|()| file.sync_all()).map_err(|e| e.to_string())
+}
+
+/// An encrypted volume opened: the mapped device, the slot that opened it (`None` when the
+/// mapping was open already), whether it was formatted now, and the slots that did not sync.
+struct Opened {
+    mount_location: String,
+    slot: Option<u32>,
+    formatted: bool,
+    failed_syncs: Vec<String>,
+}
+
+/// Where the kernel gives the machine's SMBIOS UUID (QEMU's `-uuid`).
+const PRODUCT_UUID: &str = "/sys/class/dmi/id/product_uuid";
+
+/// The dm-crypt flags of Talos's `perfOptions` and `allowDiscards`.
+fn dm_options(spec: &crate::resources::block::EncryptionSpec) -> Result<DmCryptOptions, String> {
+    let mut o = DmCryptOptions { allow_discards: spec.allow_discards, ..DmCryptOptions::default() };
+    for opt in &spec.perf_options {
+        match opt.as_str() {
+            "same_cpu_crypt" => o.same_cpu_crypt = true,
+            "no_read_workqueue" => o.no_read_workqueue = true,
+            "no_write_workqueue" => o.no_write_workqueue = true,
+            other => {
+                return Err(format!(
+                    "encryption.options: {other:?} is not a dm-crypt performance option (same_cpu_crypt, no_read_workqueue, no_write_workqueue)"
+                ));
+            }
+        }
+    }
+    Ok(o)
+}
+
+/// Opens (or first encrypts) the volume at `location` as `luks2-<volume_id>` in dm-crypt.
+fn open_encrypted(
+    location: &str,
+    volume_id: &str,
+    spec: &crate::resources::block::EncryptionSpec,
+) -> Result<Opened, String> {
+    use crate::block::{encryption, luks2};
+    use crate::kernel::dm;
+    use std::io::{Seek, SeekFrom};
+
+    let dm_opts = dm_options(spec)?;
+    // dm-crypt, and what its one cipher is built from without AES-NI (the xts template over
+    // ecb(aes)): the kernel would ask for them itself from inside the table load, where any
+    // failure comes back as ENOENT alone.
+    for module in ["dm-crypt", "xts", "ecb"] {
+        crate::kernel::modules::Loader::shared()
+            .and_then(|l| l.load(module))
+            .map_err(|e| format!("loading {module}: {e}"))?;
+    }
+    let name = luks2::mapping_name(volume_id);
+    if let Some(m) = dm::find(&name).map_err(|e| e.to_string())? {
+        return Ok(Opened {
+            mount_location: m.dev_path().display().to_string(),
+            slot: None,
+            formatted: false,
+            failed_syncs: Vec::new(),
+        });
+    }
+    let found = probe_name(Path::new(location))?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(location)
+        .map_err(|e| format!("opening {location}: {e}"))?;
+    let uuid = std::fs::read_to_string(PRODUCT_UUID).ok().map(|u| u.trim().to_ascii_lowercase());
+    let env = encryption::KeyEnv { volume_id, machine_uuid: uuid.as_deref(), salt: None };
+    let key_len = if spec.key_size == 0 { 64 } else { spec.key_size as usize / 8 };
+    let mut timed: Option<luks2::Kdf> = None;
+    let mut kdf = || -> Result<luks2::Kdf, String> {
+        if let Some(k) = timed {
+            return Ok(k);
+        }
+        let k = encryption::host_kdf(luks2::TALOS_ITER_TIME, key_len)?;
+        timed = Some(k);
+        Ok(k)
+    };
+    let (unlocked, formatted) = match found.name.as_str() {
+        "" => (encryption::format(&mut file, spec, &env, &mut kdf)?, true),
+        "luks" => (encryption::open(&mut file, spec, &env, &mut kdf)?, false),
+        other => return Err(format!("block dev type mismatch: {other} != luks")),
+    };
+    let stat = rustix::fs::fstat(&file).map_err(|e| format!("stat {location}: {e}"))?;
+    let devno = format!("{}:{}", rustix::fs::major(stat.st_rdev), rustix::fs::minor(stat.st_rdev));
+    let sectors = file.seek(SeekFrom::End(0)).map_err(|e| format!("sizing {location}: {e}"))? / 512;
+    let line =
+        luks2::dm_crypt_table(&unlocked.header, &unlocked.key, &devno, sectors, &dm_opts).map_err(|e| e.to_string())?;
+    let mut fields = line.splitn(3, ' ');
+    let (start, length, params) = match (fields.next(), fields.next(), fields.next()) {
+        (Some(s), Some(l), Some(p)) => (s.parse::<u64>().unwrap_or(0), l.parse::<u64>().unwrap_or(0), p),
+        _ => return Err("the dm-crypt table line is short".into()),
+    };
+    let dm_uuid = format!("CRYPT-LUKS2-{}-{name}", unlocked.header.uuid.replace('-', ""));
+    let mapping = dm::create(&name, &dm_uuid, &[dm::Target { start, length, kind: "crypt", params }], false)
+        .map_err(|e| e.to_string())?;
+    Ok(Opened {
+        mount_location: mapping.dev_path().display().to_string(),
+        slot: Some(unlocked.slot),
+        formatted,
+        failed_syncs: unlocked.failed_syncs,
+    })
+}
+
+/// The size of a block device (or file) in bytes.
+fn device_size(device: &Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    std::fs::File::open(device).and_then(|mut f| f.seek(SeekFrom::End(0))).ok()
 }
 
 /// What the probe found on a volume.

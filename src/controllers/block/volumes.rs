@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use crate::resources::block::{
-    DiscoveredVolume, Disk, DiskMatch, EncryptionProvider, FilesystemType, PartitionSpec, VolumeConfig, VolumePhase,
-    VolumeStatus, VolumeType,
+    DiscoveredVolume, Disk, DiskMatch, FilesystemType, PartitionSpec, VolumeConfig, VolumePhase, VolumeStatus,
+    VolumeType,
 };
 
 /// How long a failed volume waits before its step is tried again (Talos's ticker).
@@ -153,18 +153,6 @@ pub fn one_disk<'a>(matched: &[&'a str]) -> Result<Option<&'a str>, String> {
         [] => Ok(None),
         [one] => Ok(Some(one)),
         many => Err(format!("multiple disks matched locator for disk volume; matched disks: {}", many.join(", "))),
-    }
-}
-
-/// Whether a volume may be prepared: one that asks for encryption is refused while the node
-/// has no LUKS2, rather than used in the clear.
-pub fn prepare(config: &VolumeConfig) -> Result<(), String> {
-    match config.encryption.provider {
-        EncryptionProvider::None => Ok(()),
-        EncryptionProvider::Luks2 => Err(
-            "encryption (luks2) is configured, but this node does not encrypt volumes yet; the volume is left as it is"
-                .to_string(),
-        ),
     }
 }
 
@@ -544,14 +532,6 @@ mod tests {
         // Discovery has not seen a partition made a moment ago, but the kernel has its node.
         let just_made = ready(VolumeType::Partition, "/dev/vdb2");
         assert!(!device_gone(&just_made, &seen, false, |path| path == "/dev/vdb2"));
-    }
-
-    #[test]
-    fn encryption_is_refused_not_ignored() {
-        let mut c = VolumeConfig::default();
-        assert_eq!(prepare(&c), Ok(()));
-        c.encryption.provider = EncryptionProvider::Luks2;
-        assert!(prepare(&c).unwrap_err().starts_with("encryption (luks2) is configured, but this node"));
     }
 
     #[test]
