@@ -126,11 +126,20 @@ pub struct Unlocked {
     pub failed_syncs: Vec<String>,
 }
 
-/// The configured keys in slot order (Talos sorts its handlers by slot).
-fn by_slot(spec: &EncryptionSpec) -> Vec<&EncryptionKey> {
+/// A configured key with its passphrase, or why it gives none.
+type Keyed<'a> = (&'a EncryptionKey, Result<Zeroizing<Vec<u8>>, String>);
+
+/// The configured keys in slot order (Talos sorts its handlers by slot), each asked once for
+/// its passphrase.
+fn keyed<'a>(spec: &'a EncryptionSpec, env: &KeyEnv<'_>) -> Vec<Keyed<'a>> {
     let mut keys: Vec<&EncryptionKey> = spec.keys.iter().collect();
     keys.sort_by_key(|k| k.slot);
-    keys
+    keys.into_iter().map(|k| (k, passphrase(k, env))).collect()
+}
+
+/// Why each key that gives no passphrase gives none, in slot order.
+fn refusals(keys: &[Keyed<'_>]) -> Vec<String> {
+    keys.iter().filter_map(|(k, p)| p.as_ref().err().map(|e| format!("{}: {e}", describe(k)))).collect()
 }
 
 /// Formats the blank `dev` as LUKS2 with the first key that yields a passphrase, then adds the
@@ -141,23 +150,17 @@ pub fn format<D: luks2::Device>(
     env: &KeyEnv<'_>,
     kdf: &mut dyn FnMut() -> Result<Kdf, String>,
 ) -> Result<Unlocked, String> {
-    let mut refused = Vec::new();
-    for key in by_slot(spec) {
-        let pass = match passphrase(key, env) {
-            Ok(p) => p,
-            Err(e) => {
-                refused.push(format!("{}: {e}", describe(key)));
-                continue;
-            }
-        };
-        let kdf = kdf()?;
-        let opts = format_options(spec, kdf, key.slot)?;
-        let (header, volume_key) = luks2::format(dev, &opts, &pass).map_err(|e| format!("formatting LUKS2: {e}"))?;
-        let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: refused };
-        sync_keys(dev, &mut unlocked, spec, env, kdf);
-        return Ok(unlocked);
-    }
-    Err(format!("no configured key gives a passphrase to format with: {}", refused.join("; ")))
+    let keys = keyed(spec, env);
+    let refused = refusals(&keys);
+    let Some((key, pass)) = keys.iter().find_map(|(k, p)| p.as_ref().ok().map(|p| (*k, p))) else {
+        return Err(format!("no configured key gives a passphrase to format with: {}", refused.join("; ")));
+    };
+    let kdf = kdf()?;
+    let opts = format_options(spec, kdf, key.slot)?;
+    let (header, volume_key) = luks2::format(dev, &opts, pass).map_err(|e| format!("formatting LUKS2: {e}"))?;
+    let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: refused };
+    sync_keys(dev, &mut unlocked, &keys, kdf);
+    Ok(unlocked)
 }
 
 /// Unlocks the LUKS2 `dev` with the first configured slot that opens it, then converges its
@@ -169,24 +172,23 @@ pub fn open<D: luks2::Device>(
     kdf: &mut dyn FnMut() -> Result<Kdf, String>,
 ) -> Result<Unlocked, String> {
     let header = Header::read(dev).map_err(|e| format!("reading the LUKS2 header: {e}"))?;
-    // Every slot tried, for the error when none opens; those that gave no passphrase stay
-    // reported even when another opens, since the sync cannot write them either.
-    let (mut tried, mut no_passphrase) = (Vec::new(), Vec::new());
-    for key in by_slot(spec) {
-        let pass = match passphrase(key, env) {
+    let keys = keyed(spec, env);
+    // Every slot tried, in slot order, for the error when none opens.
+    let mut tried = Vec::new();
+    for (key, pass) in &keys {
+        let pass = match pass {
             Ok(p) => p,
             Err(e) => {
-                let why = format!("{}: {e}", describe(key));
-                tried.push(why.clone());
-                no_passphrase.push(why);
+                tried.push(format!("{}: {e}", describe(key)));
                 continue;
             }
         };
-        match header.unlock_slot(dev, key.slot, &pass) {
+        match header.unlock_slot(dev, key.slot, pass) {
             Ok(volume_key) => {
-                let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: no_passphrase };
+                // Keys that gave no passphrase stay reported: the sync cannot write them either.
+                let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: refusals(&keys) };
                 match kdf() {
-                    Ok(kdf) => sync_keys(dev, &mut unlocked, spec, env, kdf),
+                    Ok(kdf) => sync_keys(dev, &mut unlocked, &keys, kdf),
                     Err(e) => unlocked.failed_syncs.push(format!("syncing keys: {e}")),
                 }
                 return Ok(unlocked);
@@ -201,19 +203,16 @@ pub fn open<D: luks2::Device>(
 }
 
 /// Talos's `syncKeys`: every configured slot other than the one that opened holds its key, and
-/// no other slot is left. Each failure is recorded in `u.failed_syncs` and the rest go on.
-fn sync_keys<D: luks2::Device>(dev: &mut D, u: &mut Unlocked, spec: &EncryptionSpec, env: &KeyEnv<'_>, kdf: Kdf) {
-    let wanted: Vec<u32> = spec.keys.iter().map(|k| k.slot).collect();
-    for key in by_slot(spec) {
+/// no other slot is left. Each failure is recorded in `u.failed_syncs` and the rest go on; keys
+/// that gave no passphrase are the caller's to report.
+fn sync_keys<D: luks2::Device>(dev: &mut D, u: &mut Unlocked, keys: &[Keyed<'_>], kdf: Kdf) {
+    for (key, pass) in keys {
+        let Ok(pass) = pass else { continue };
         if key.slot == u.slot {
             continue;
         }
-        let Ok(pass) = passphrase(key, env) else {
-            // Already reported by the caller.
-            continue;
-        };
         if u.header.metadata.keyslots.contains_key(&key.slot) {
-            if u.header.unlock_slot(dev, key.slot, &pass).is_ok() {
+            if u.header.unlock_slot(dev, key.slot, pass).is_ok() {
                 continue;
             }
             match luks2::remove_keyslot(dev, &u.header, key.slot) {
@@ -224,12 +223,13 @@ fn sync_keys<D: luks2::Device>(dev: &mut D, u: &mut Unlocked, spec: &EncryptionS
                 }
             }
         }
-        match luks2::add_keyslot(dev, &u.header, &u.key, &pass, &kdf, Some(key.slot)) {
+        match luks2::add_keyslot(dev, &u.header, &u.key, pass, &kdf, Some(key.slot)) {
             Ok((h, _)) => u.header = h,
             Err(e) => u.failed_syncs.push(format!("error adding key {}: {e}", describe(key))),
         }
     }
-    let stale: Vec<u32> = u.header.metadata.keyslots.keys().copied().filter(|s| !wanted.contains(s)).collect();
+    let stale: Vec<u32> =
+        u.header.metadata.keyslots.keys().copied().filter(|s| !keys.iter().any(|(k, _)| k.slot == *s)).collect();
     for slot in stale {
         match luks2::remove_keyslot(dev, &u.header, slot) {
             Ok(h) => u.header = h,
