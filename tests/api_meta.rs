@@ -4,10 +4,9 @@
 //! lands on it into `MetaKey` resources. The roles arrive as apid asserts them (`talos-role`).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use talosbox::api::events::EventLog;
-use talosbox::api::node::{ApplyPermit, LogSource, Node, NodeMode, PowerAction, ServiceAction, ServiceInfo};
+use talosbox::api::node::{Node, NodeMode};
 use talosbox::api::proto::machine::machine_service_client::MachineServiceClient;
 use talosbox::api::proto::machine::{MetaDeleteRequest, MetaWriteRequest};
 use talosbox::api::sockets::{self, SocketPaths, Uids};
@@ -20,59 +19,14 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tonic::transport::Channel;
 
-/// A node that has nothing but META (and a mode).
-struct MetaOnly {
-    meta: Arc<MetaStore>,
-    events: Arc<EventLog>,
-    mode: std::sync::Mutex<NodeMode>,
-}
-
-#[tonic::async_trait]
-impl Node for MetaOnly {
-    fn mode(&self) -> NodeMode {
-        *self.mode.lock().unwrap()
-    }
-    fn hostname(&self) -> String {
-        "meta-test".into()
-    }
-    fn platform(&self) -> (String, String) {
-        ("metal".into(), "metal".into())
-    }
-    fn power(&self, _: PowerAction) -> Result<(), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    async fn reset(&self, _: talosbox::api::node::ResetRequest) -> Result<(), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    fn services(&self) -> Vec<ServiceInfo> {
-        Vec::new()
-    }
-    async fn service(&self, _: &str, _: ServiceAction) -> Result<(), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    fn logs(&self, _: &str) -> Option<Arc<dyn LogSource>> {
-        None
-    }
-    fn events(&self) -> Arc<EventLog> {
-        self.events.clone()
-    }
-    fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>) {
-        (None, None)
-    }
-    fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>> {
-        None
-    }
-    fn meta(&self) -> Arc<MetaStore> {
-        self.meta.clone()
-    }
-    async fn query_time(&self, _: &str) -> Result<(SystemTime, i128), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-}
+#[path = "common/node.rs"]
+mod node;
+use node::TestNode;
 
 struct Rig {
     harness: Harness,
-    node: Arc<MetaOnly>,
+    /// A node that has nothing but META (and a mode).
+    node: Arc<TestNode>,
     partition: tempfile::NamedTempFile,
     client: MachineServiceClient<Channel>,
     _dir: tempfile::TempDir,
@@ -89,11 +43,7 @@ impl Rig {
         let harness = Harness::start_on(state.clone(), vec![Box::new(MetaLoadController::new(store.subscribe()))])
             .unwrap()
             .with_timeout(Duration::from_secs(10));
-        let node = Arc::new(MetaOnly {
-            meta: store,
-            events: Arc::new(EventLog::new(16)),
-            mode: std::sync::Mutex::new(NodeMode::Configured),
-        });
+        let node = Arc::new(TestNode::new("meta-test").with_meta(store));
         let own = rustix::process::geteuid().as_raw();
         let uids = Uids { machined: own, apid: own, trustd: own };
         let paths = SocketPaths::under(dir.path());

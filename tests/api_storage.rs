@@ -4,18 +4,14 @@
 //! node wipes with `block::wipe`. The roles arrive as apid asserts them (`talos-role`).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
-use talosbox::api::events::EventLog;
-use talosbox::api::node::{
-    ApplyPermit, BlockDeviceWipe, LogSource, Node, NodeMode, PowerAction, ServiceAction, ServiceInfo,
-};
+use talosbox::api::node::{BlockDeviceWipe, Node, NodeMode};
 use talosbox::api::proto::storage::block_device_wipe_descriptor::Method;
 use talosbox::api::proto::storage::storage_service_client::StorageServiceClient;
 use talosbox::api::proto::storage::{BlockDeviceWipeDescriptor, BlockDeviceWipeRequest, disk::DiskType};
 use talosbox::api::sockets::{self, SocketPaths, Uids};
-use talosbox::block::meta::MetaStore;
 use talosbox::block::wipe;
 use talosbox::cosi::{Harness, State};
 use talosbox::resources::block::{self as blk, BlockDevice, Disk, SystemDisk, VolumeStatus};
@@ -23,70 +19,15 @@ use tokio_util::sync::CancellationToken;
 use tonic::Code;
 use tonic::transport::Channel;
 
-/// A node whose block devices are files in `dev`; it wipes them as machined does and
-/// remembers what it was asked.
-struct Disks {
-    dev: PathBuf,
-    mode: Mutex<NodeMode>,
-    platform: Mutex<&'static str>,
-    asked: Mutex<Vec<BlockDeviceWipe>>,
-    events: Arc<EventLog>,
-}
-
-#[tonic::async_trait]
-impl Node for Disks {
-    fn mode(&self) -> NodeMode {
-        *self.mode.lock().unwrap()
-    }
-    fn hostname(&self) -> String {
-        "storage-test".into()
-    }
-    fn platform(&self) -> (String, String) {
-        let p = *self.platform.lock().unwrap();
-        (p.into(), p.into())
-    }
-    fn power(&self, _: PowerAction) -> Result<(), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    async fn reset(&self, _: talosbox::api::node::ResetRequest) -> Result<(), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    fn services(&self) -> Vec<ServiceInfo> {
-        Vec::new()
-    }
-    async fn service(&self, _: &str, _: ServiceAction) -> Result<(), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    fn logs(&self, _: &str) -> Option<Arc<dyn LogSource>> {
-        None
-    }
-    fn events(&self) -> Arc<EventLog> {
-        self.events.clone()
-    }
-    fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>) {
-        (None, None)
-    }
-    fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>> {
-        None
-    }
-    fn meta(&self) -> Arc<MetaStore> {
-        MetaStore::new()
-    }
-    async fn query_time(&self, _: &str) -> Result<(SystemTime, i128), tonic::Status> {
-        Err(tonic::Status::unimplemented("not here"))
-    }
-    async fn wipe_block_devices(&self, wipes: Vec<BlockDeviceWipe>) -> Result<(), tonic::Status> {
-        for w in &wipes {
-            wipe::wipe(&self.dev.join(&w.device), w.method).map_err(|e| tonic::Status::internal(e.to_string()))?;
-        }
-        self.asked.lock().unwrap().extend(wipes);
-        Ok(())
-    }
-}
+#[path = "common/node.rs"]
+mod node;
+use node::TestNode;
 
 struct Rig {
     _harness: Harness,
-    node: Arc<Disks>,
+    /// A node whose block devices are files in `dev`; it wipes them as machined does.
+    node: Arc<TestNode>,
+    dev: PathBuf,
     client: StorageServiceClient<Channel>,
     _dir: tempfile::TempDir,
     cancel: CancellationToken,
@@ -137,13 +78,11 @@ impl Rig {
         };
         harness.seed(blk::NAMESPACE, "u-data", volume("/dev/vdb1", "/dev/vdb")).unwrap();
 
-        let node = Arc::new(Disks {
-            dev,
-            mode: Mutex::new(NodeMode::Configured),
-            platform: Mutex::new("metal"),
-            asked: Mutex::new(Vec::new()),
-            events: Arc::new(EventLog::new(16)),
-        });
+        let files = dev.clone();
+        let node =
+            Arc::new(TestNode::new("storage-test").with_wipe(move |w| {
+                wipe::wipe(&files.join(&w.device), w.method).map(|_| ()).map_err(|e| e.to_string())
+            }));
         let own = rustix::process::geteuid().as_raw();
         let uids = Uids { machined: own, apid: own, trustd: own };
         let paths = SocketPaths::under(dir.path());
@@ -157,7 +96,7 @@ impl Rig {
             tokio::task::yield_now().await;
         }
         let client = StorageServiceClient::new(talosbox::client::conn::unix(&paths.machine).unwrap());
-        Rig { _harness: harness, node, client, _dir: dir, cancel }
+        Rig { _harness: harness, node, dev, client, _dir: dir, cancel }
     }
 
     async fn wipe(&self, roles: &str, devices: Vec<BlockDeviceWipeDescriptor>) -> (Code, String) {
@@ -173,11 +112,11 @@ impl Rig {
     }
 
     fn untouched(&self, name: &str) -> bool {
-        std::fs::read(self.node.dev.join(name)).unwrap().iter().all(|b| *b == 0xA5)
+        std::fs::read(self.dev.join(name)).unwrap().iter().all(|b| *b == 0xA5)
     }
 
     fn asked(&self) -> Vec<BlockDeviceWipe> {
-        std::mem::take(&mut *self.node.asked.lock().unwrap())
+        std::mem::take(&mut *self.node.wiped.lock().unwrap())
     }
 }
 
@@ -223,7 +162,7 @@ async fn unused_devices_are_wiped_and_volumes_are_refused() {
             drop_partition: Some(("vdb".into(), 2))
         }]
     );
-    assert!(std::fs::read(rig.node.dev.join("vdb2")).unwrap().iter().all(|b| *b == 0));
+    assert!(std::fs::read(rig.dev.join("vdb2")).unwrap().iter().all(|b| *b == 0));
     assert!(rig.untouched("vdb1"));
 
     // The volume's own partition, when told to skip the check; fast by default.
@@ -231,7 +170,7 @@ async fn unused_devices_are_wiped_and_volumes_are_refused() {
     assert_eq!(rig.wipe(ADMIN, vec![skip]).await, (Code::Ok, String::new()));
     let asked = rig.asked();
     assert_eq!((asked[0].method, &asked[0].drop_partition), (wipe::Method::Fast, &None));
-    let bytes = std::fs::read(rig.node.dev.join("vdb1")).unwrap();
+    let bytes = std::fs::read(rig.dev.join("vdb1")).unwrap();
     assert!(bytes[..1 << 20].iter().all(|b| *b == 0) && bytes[(2 << 20)..(2 << 20) + 16].iter().all(|b| *b == 0xA5));
 
     rig.cancel.cancel();
