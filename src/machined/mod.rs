@@ -242,7 +242,13 @@ fn become_pid1() {
 
 /// The devices a Reset asked to wipe, wiped by [`power_down`] once nothing is mounted on
 /// them.
-pub(crate) static RESET_WIPES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+static RESET_WIPES: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The Reset's wipe list. A panic while it was held cannot leave it half-written (it is only
+/// ever replaced or taken whole), so a poisoned lock is used as it is.
+pub(crate) fn reset_wipes() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    RESET_WIPES.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The last steps of PID 1: sync, unmount, a Reset's wipes, reboot(2). Never returns.
 fn power_down(action: PowerAction) -> ! {
@@ -270,10 +276,7 @@ fn power_down(action: PowerAction) -> ! {
     for failure in failed {
         console::line(&format!("{action}: {failure} (left open)"));
     }
-    let wipes = match RESET_WIPES.lock() {
-        Ok(mut w) => std::mem::take(&mut *w),
-        Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
-    };
+    let wipes = std::mem::take(&mut *reset_wipes());
     for device in wipes {
         match crate::block::wipe::fast_wipe(&device) {
             Ok(size) => console::line(&format!("reset: wiped {} ({} bytes)", device.display(), size)),

@@ -132,10 +132,7 @@ impl Node for MachineNode {
         for device in &plan.wipe {
             crate::kernel::console::line(&format!("reset: {} is wiped before the node goes down", device.display()));
         }
-        match super::RESET_WIPES.lock() {
-            Ok(mut w) => *w = plan.wipe,
-            Err(poisoned) => *poisoned.into_inner() = plan.wipe,
-        }
+        *super::reset_wipes() = plan.wipe;
         self.power(if request.reboot { PowerAction::Reboot } else { PowerAction::PowerOff })
     }
 
