@@ -610,7 +610,7 @@ mod volume_keys {
     }
 
     fn env() -> KeyEnv<'static> {
-        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None }
+        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None, kms: None }
     }
 
     #[test]
@@ -654,5 +654,174 @@ mod volume_keys {
         assert_eq!(u.slot, 1);
         assert!(!cryptsetup_accepts(&s, b"theirs", None));
         assert!(cryptsetup_accepts(&s, b"recovery", None));
+    }
+}
+
+/// The `kms` key against a real KMS server, `talosctl kms-launch` (this binary, as a process):
+/// the node's gRPC client seals and unseals through it, on TCP and on one connection over
+/// stdin and stdout (how QEMU's guestfwd hands a node's connection to it); a volume whose slot 0
+/// is a KMS key opens in cryptsetup with the passphrase the server unseals from the slot's
+/// `sideroKMS` token; a server that is down costs the slot nothing, and one with another key
+/// gets the slot sealed anew.
+mod kms_keys {
+    use super::*;
+    use base64::Engine as _;
+    use std::process::{Child, Stdio};
+    use std::time::{Duration, Instant};
+    use talosbox::block::encryption::{self, KeyEnv, Kms};
+    use talosbox::client::kms::GrpcKms;
+    use talosbox::resources::block::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
+
+    const UUID: &str = "8d1f3a52-7c4e-4b19-9a63-2e5f0c7d8b41";
+    const SALT: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+    /// A `kms-launch` process on a loopback port, killed on drop.
+    struct Server {
+        child: Child,
+        endpoint: String,
+    }
+
+    impl Server {
+        fn start(key: &[u8; 32]) -> Server {
+            let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let child = Command::new(env!("CARGO_BIN_EXE_talosbox"))
+                .args(["talosctl", "kms-launch", "--kms-addr", &format!("127.0.0.1:{port}"), "--kms-key"])
+                .arg(base64::engine::general_purpose::STANDARD.encode(key))
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starting talosctl kms-launch");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "kms-launch did not listen on {port}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Server { child, endpoint: format!("grpc://127.0.0.1:{port}") }
+        }
+    }
+
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn kms_key(slot: u32, endpoint: &str) -> EncryptionKey {
+        EncryptionKey { slot, kind: EncryptionKeyType::Kms, kms_endpoint: endpoint.into(), ..Default::default() }
+    }
+
+    fn recovery(slot: u32) -> EncryptionKey {
+        EncryptionKey {
+            slot,
+            kind: EncryptionKeyType::Static,
+            static_passphrase: "recovery".into(),
+            lock_to_state: true,
+            ..Default::default()
+        }
+    }
+
+    fn env<'a>(kms: &'a GrpcKms) -> KeyEnv<'a> {
+        KeyEnv { volume_id: "u-vault", machine_uuid: Some(UUID), salt: Some(SALT), kms: Some(kms) }
+    }
+
+    fn sealed_in_slot(s: &Scratch, slot: u32) -> Vec<u8> {
+        let h = s.header();
+        let t = h.metadata.tokens.get(&slot).unwrap_or_else(|| panic!("no token {slot}: {:?}", h.metadata.tokens));
+        assert_eq!(t.kind, TOKEN_TYPE_KMS);
+        t.talos_user_data::<KmsToken>().expect("a sideroKMS token").sealed_data
+    }
+
+    #[test]
+    fn a_kms_slot_opens_in_cryptsetup_and_survives_its_server() {
+        let server = Server::start(&[0x11; 32]);
+        let kms = GrpcKms;
+        let s = Scratch::new("kms");
+        let spec = EncryptionSpec { keys: vec![kms_key(0, &server.endpoint), recovery(1)], ..Default::default() };
+        let made = encryption::format(&mut s.open(), &spec, &env(&kms), &mut || Ok(PBKDF2)).expect("encrypting");
+        assert_eq!(made.slot, 0);
+        assert!(made.failed_syncs.is_empty(), "{:?}", made.failed_syncs);
+
+        // cryptsetup sees the token Talos writes, and the slot opens with what the server
+        // unseals from it (base64, as Talos makes the passphrase); the recovery slot with its
+        // passphrase and the salt.
+        let dump = cryptsetup_ok(&["luksDump", "--dump-json-metadata"], &s.image());
+        let json: Value = serde_json::from_str(&dump).expect("luksDump's JSON");
+        assert_eq!(json["tokens"]["0"]["type"], "sideroKMS", "{dump}");
+        assert!(json["tokens"]["0"]["UserData"]["sealedData"].is_string(), "{dump}");
+        assert!(json["tokens"].get("1").is_none(), "{dump}");
+        let plain = kms.unseal(&server.endpoint, UUID, &sealed_in_slot(&s, 0)).expect("unsealing");
+        let pass = base64::engine::general_purpose::STANDARD.encode(&plain);
+        assert!(cryptsetup_accepts(&s, pass.as_bytes(), Some(0)));
+        assert!(cryptsetup_accepts(&s, &[b"recovery".as_slice(), SALT].concat(), Some(1)));
+        assert!(!cryptsetup_accepts(&s, b"recovery", Some(1)), "the salt is part of the passphrase");
+        assert_eq!(cryptsetup_volume_key(&s, pass.as_bytes()), made.key.as_bytes());
+
+        let again = encryption::open(&mut s.open(), &spec, &env(&kms), &mut || Ok(PBKDF2)).expect("opening");
+        assert_eq!((again.slot, again.failed_syncs.len()), (0, 0), "{:?}", again.failed_syncs);
+
+        // The server goes away: the recovery slot opens, slot 0 and its token stay as they were.
+        let endpoint = server.endpoint.clone();
+        drop(server);
+        let before = s.header();
+        let down = encryption::open(&mut s.open(), &spec, &env(&kms), &mut || Ok(PBKDF2)).expect("opening");
+        assert_eq!(down.slot, 1);
+        assert_eq!(down.failed_syncs.len(), 1, "{:?}", down.failed_syncs);
+        assert!(
+            down.failed_syncs[0].starts_with("slot 0 (kms): failed to unseal KMS passphrase: "),
+            "{:?}",
+            down.failed_syncs
+        );
+        assert_eq!(s.header().metadata.keyslots[&0], before.metadata.keyslots[&0]);
+        assert_eq!(s.header().metadata.tokens[&0], before.metadata.tokens[&0]);
+        assert!(cryptsetup_accepts(&s, pass.as_bytes(), Some(0)));
+
+        // A server with another key answers noise: slot 0 is sealed again by it, and opens.
+        let other = Server::start(&[0x22; 32]);
+        let spec = EncryptionSpec { keys: vec![kms_key(0, &other.endpoint), recovery(1)], ..spec };
+        let resealed = encryption::open(&mut s.open(), &spec, &env(&kms), &mut || Ok(PBKDF2)).expect("opening");
+        assert_eq!(resealed.slot, 1);
+        assert!(resealed.failed_syncs.is_empty(), "{:?}", resealed.failed_syncs);
+        assert!(!cryptsetup_accepts(&s, pass.as_bytes(), Some(0)), "the old passphrase is gone");
+        let back = encryption::open(&mut s.open(), &spec, &env(&kms), &mut || Ok(PBKDF2)).expect("opening");
+        assert_eq!(back.slot, 0);
+        assert_ne!(endpoint, other.endpoint);
+    }
+
+    #[test]
+    fn kms_launch_serves_one_connection_on_stdin_and_stdout() {
+        // What QEMU's guestfwd=...-cmd: does: a listener whose every connection is handed to a
+        // fresh `kms-launch --stdio` process.
+        let dir = Scratch::new("kms-stdio");
+        let key_file = dir.0.join("kms.key");
+        std::fs::write(&key_file, base64::engine::general_purpose::STANDARD.encode([0x33u8; 32])).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let exe = env!("CARGO_BIN_EXE_talosbox");
+        let accepting = std::thread::spawn(move || {
+            let mut served = 0;
+            for conn in listener.incoming().take(3) {
+                let conn = conn.unwrap();
+                let fd = |c: std::net::TcpStream| Stdio::from(std::os::fd::OwnedFd::from(c));
+                let mut child = Command::new(exe)
+                    .args(["talosctl", "kms-launch", "--stdio", "--kms-key-file"])
+                    .arg(&key_file)
+                    .stdin(fd(conn.try_clone().unwrap()))
+                    .stdout(fd(conn))
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                assert!(child.wait().unwrap().success(), "kms-launch --stdio exits cleanly when the peer is done");
+                served += 1;
+            }
+            served
+        });
+        let kms = GrpcKms;
+        let endpoint = format!("grpc://127.0.0.1:{port}");
+        let sealed = kms.seal(&endpoint, UUID, &[9u8; 32]).expect("sealing");
+        assert_eq!(sealed.len(), 12 + 32 + 16);
+        assert_eq!(kms.unseal(&endpoint, UUID, &sealed).expect("unsealing"), vec![9u8; 32]);
+        let short = kms.seal(&endpoint, UUID, &[1u8; 8]).unwrap_err();
+        assert!(short.contains("incorrect data length"), "{short}");
+        assert_eq!(accepting.join().unwrap(), 3, "one process per connection");
     }
 }

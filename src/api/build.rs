@@ -29,6 +29,10 @@ const PROTO_FILES: &[&str] = &[
     "cosi/resource/state.proto",
 ];
 
+/// Protocols this program speaks outside the API (no descriptor set, no authorization table):
+/// the KMS of `kms` disk encryption keys.
+const OTHER_PROTO_FILES: &[&str] = &["kms/kms.proto"];
+
 /// The encoded `FileDescriptorSet`, in `OUT_DIR`; `api::proto::FILE_DESCRIPTOR_SET` embeds it.
 const DESCRIPTOR_SET_FILE: &str = "talosbox_api_descriptor_set.bin";
 
@@ -68,5 +72,15 @@ fn compile_api() -> Result<(), String> {
         .skip_protoc_run()
         .emit_rerun_if_changed(false)
         .compile_fds(descriptors)
-        .map_err(|e| format!("generating Rust code for the API protos: {e}"))
+        .map_err(|e| format!("generating Rust code for the API protos: {e}"))?;
+
+    let others = protox::compile(OTHER_PROTO_FILES, [PROTO_ROOT])
+        .map_err(|e| format!("compiling {OTHER_PROTO_FILES:?} in {PROTO_ROOT}: {e}"))?;
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .skip_protoc_run()
+        .emit_rerun_if_changed(false)
+        .compile_fds(others)
+        .map_err(|e| format!("generating Rust code for {OTHER_PROTO_FILES:?}: {e}"))
 }

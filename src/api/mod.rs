@@ -13,6 +13,7 @@ pub mod events;
 pub mod fanout;
 pub mod fuzz;
 pub mod grpc_body;
+pub mod kms;
 pub mod machine_service;
 pub mod meta;
 pub mod node;

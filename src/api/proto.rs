@@ -47,7 +47,15 @@ pub mod cosi {
     }
 }
 
-/// The encoded `google.protobuf.FileDescriptorSet` of every file above, with the well-known
+/// `sidero.kms`: the KMS protocol of `kms` disk encryption keys. Not part of the API (it is
+/// outside [`FILE_DESCRIPTOR_SET`]): the node is a client, `talosctl kms-launch` a server.
+pub mod sidero {
+    pub mod kms {
+        include!(concat!(env!("OUT_DIR"), "/sidero.kms.rs"));
+    }
+}
+
+/// The encoded `google.protobuf.FileDescriptorSet` of every API file above, with the well-known
 /// types they import and their comments: for reflection and for checking the wire contract.
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/talosbox_api_descriptor_set.bin"));
 

@@ -7,19 +7,35 @@
 //! the slot that worked. Loading the opened key into dm-crypt is the caller's.
 //!
 //! Key handlers: `static` (the passphrase), `nodeID` (the machine UUID and the volume id, with
-//! Talos's entropy check) and either wrapped by `lockToState` (the node's STATE-held salt
-//! appended). `kms` and `tpm` are refused by name: a volume that lists them still opens by
-//! another slot, and the refusal shows in the volume's failed syncs.
+//! Talos's entropy check), `kms` (a random passphrase sealed by a KMS server, Talos's
+//! `sidero.kms.KMSService`, kept sealed in a `sideroKMS` token beside its slot), and any of
+//! them wrapped by `lockToState` (the node's STATE-held salt appended). `tpm` is refused by
+//! name: a volume that lists it still opens by another slot, and the refusal shows in the
+//! volume's failed syncs. A key whose handler fails (a KMS that does not answer) never loses
+//! its slot: the slot is replaced only when its key is known and no longer opens it.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use base64::Engine as _;
 use zeroize::Zeroizing;
 
-use super::luks2::{self, FormatOptions, Header, Kdf, Luks2Error, VolumeKey};
+use super::luks2::token::{KmsToken, TOKEN_TYPE_KMS};
+use super::luks2::{self, FormatOptions, Header, Kdf, Luks2Error, Token, VolumeKey};
 use crate::resources::block::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
 
+/// A KMS server as the `kms` key handler reaches it: Talos's `Seal` and `Unseal` calls, for
+/// the node `node_uuid`, at `endpoint` (the key's `kms.endpoint`).
+pub trait Kms: Send + Sync {
+    fn seal(&self, endpoint: &str, node_uuid: &str, data: &[u8]) -> Result<Vec<u8>, String>;
+    fn unseal(&self, endpoint: &str, node_uuid: &str, data: &[u8]) -> Result<Vec<u8>, String>;
+}
+
+/// The length of the passphrase a `kms` key seals (kms-client's `PassphraseSize`).
+pub const KMS_PASSPHRASE_LEN: usize = 32;
+
 /// What the key handlers draw on.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Clone, Copy, Default)]
 pub struct KeyEnv<'a> {
     /// The volume's id (`EPHEMERAL`, `u-data`): the nodeID key mixes it in.
     pub volume_id: &'a str,
@@ -27,6 +43,19 @@ pub struct KeyEnv<'a> {
     pub machine_uuid: Option<&'a str>,
     /// The node's encryption salt (Talos's `EncryptionSalt`), for `lockToState` keys.
     pub salt: Option<&'a [u8]>,
+    /// The KMS client of `kms` keys.
+    pub kms: Option<&'a dyn Kms>,
+}
+
+impl std::fmt::Debug for KeyEnv<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEnv")
+            .field("volume_id", &self.volume_id)
+            .field("machine_uuid", &self.machine_uuid)
+            .field("salt", &self.salt.map(|_| "<set>"))
+            .field("kms", &self.kms.map(|_| "<client>"))
+            .finish()
+    }
 }
 
 /// The name of a key's handler, as Talos's `EncryptionKeyType` prints it.
@@ -43,28 +72,79 @@ fn describe(key: &EncryptionKey) -> String {
     format!("slot {} ({})", key.slot, kind_name(key.kind))
 }
 
-/// The passphrase `key` gives in `env`, or why it gives none.
-pub fn passphrase(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<Zeroizing<Vec<u8>>, String> {
-    let mut value = match key.kind {
+type Passphrase = Zeroizing<Vec<u8>>;
+
+/// The passphrase of a key without a token of its own (static, nodeID), or why it has none.
+pub fn passphrase(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<Passphrase, String> {
+    let value = match key.kind {
         EncryptionKeyType::Static if key.static_passphrase.is_empty() => {
             return Err("static key must have key data defined".into());
         }
         EncryptionKeyType::Static => Zeroizing::new(key.static_passphrase.as_bytes().to_vec()),
         EncryptionKeyType::NodeId => node_id_passphrase(env.machine_uuid.unwrap_or(""), env.volume_id)?,
-        EncryptionKeyType::Kms => return Err("the kms key handler is not available on this node yet".into()),
+        EncryptionKeyType::Kms => return Err("a kms key's passphrase is sealed in its slot's token".into()),
         EncryptionKeyType::Tpm => return Err("the tpm key handler is not available on this node yet".into()),
     };
+    salted(key, env, value)
+}
+
+/// `lockToState`: the salt appended (Talos's `SaltedHandler`).
+fn salted(key: &EncryptionKey, env: &KeyEnv<'_>, mut value: Passphrase) -> Result<Passphrase, String> {
     if key.lock_to_state {
-        let salt = env.salt.ok_or("lockToState: this node keeps no encryption salt on STATE yet")?;
+        let salt = env.salt.ok_or("lockToState: the encryption salt on STATE is not available")?;
         value.extend_from_slice(salt);
     }
     Ok(value)
 }
 
+/// The passphrase of the existing slot of `key`, from the slot's token when its handler keeps
+/// one (Talos's `GetKey`).
+pub fn get_key(key: &EncryptionKey, env: &KeyEnv<'_>, token: Option<&Token>) -> Result<Passphrase, String> {
+    match key.kind {
+        EncryptionKeyType::Kms => {
+            let (kms, uuid) = kms_env(key, env)?;
+            let token = token.filter(|t| t.kind == TOKEN_TYPE_KMS).ok_or("the slot has no sideroKMS token")?;
+            let sealed = token.talos_user_data::<KmsToken>().map_err(|e| format!("its token: {e}"))?;
+            let plain = Zeroizing::new(kms.unseal(&key.kms_endpoint, uuid, &sealed.sealed_data)?);
+            salted(key, env, Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()))
+        }
+        _ => passphrase(key, env),
+    }
+}
+
+/// A passphrase for a new slot of `key`, with the token to keep beside it (Talos's `NewKey`).
+pub fn new_key(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<(Passphrase, Option<Token>), String> {
+    match key.kind {
+        EncryptionKeyType::Kms => {
+            let (kms, uuid) = kms_env(key, env)?;
+            let mut plain = Zeroizing::new(vec![0u8; KMS_PASSPHRASE_LEN]);
+            getrandom::fill(&mut plain).map_err(|e| format!("making a passphrase: {e}"))?;
+            let sealed = kms.seal(&key.kms_endpoint, uuid, &plain)?;
+            let token = Token::talos(TOKEN_TYPE_KMS, &KmsToken { sealed_data: sealed }).map_err(|e| e.to_string())?;
+            let pass = salted(
+                key,
+                env,
+                Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()),
+            )?;
+            Ok((pass, Some(token)))
+        }
+        _ => Ok((passphrase(key, env)?, None)),
+    }
+}
+
+fn kms_env<'a>(key: &EncryptionKey, env: &KeyEnv<'a>) -> Result<(&'a dyn Kms, &'a str), String> {
+    if key.kms_endpoint.is_empty() {
+        return Err("kms.endpoint is not set".into());
+    }
+    let kms = env.kms.ok_or("no KMS client on this node")?;
+    let uuid = env.machine_uuid.filter(|u| !u.is_empty()).ok_or("machine UUID is not populated")?;
+    Ok((kms, uuid))
+}
+
 /// Talos's nodeID key: the machine UUID followed by the volume id. A UUID with one character
 /// in more than half its places (all zeros, all `f`: firmware that sets none) is refused,
 /// as Talos refuses it: the key would be the same on every such machine.
-pub fn node_id_passphrase(uuid: &str, volume_id: &str) -> Result<Zeroizing<Vec<u8>>, String> {
+pub fn node_id_passphrase(uuid: &str, volume_id: &str) -> Result<Passphrase, String> {
     if uuid.is_empty() {
         return Err("machine UUID is not populated".into());
     }
@@ -126,20 +206,19 @@ pub struct Unlocked {
     pub failed_syncs: Vec<String>,
 }
 
-/// A configured key with its passphrase, or why it gives none.
-type Keyed<'a> = (&'a EncryptionKey, Result<Zeroizing<Vec<u8>>, String>);
-
-/// The configured keys in slot order (Talos sorts its handlers by slot), each asked once for
-/// its passphrase.
-fn keyed<'a>(spec: &'a EncryptionSpec, env: &KeyEnv<'_>) -> Vec<Keyed<'a>> {
+/// The configured keys in slot order (Talos sorts its handlers by slot).
+fn sorted(spec: &EncryptionSpec) -> Vec<&EncryptionKey> {
     let mut keys: Vec<&EncryptionKey> = spec.keys.iter().collect();
     keys.sort_by_key(|k| k.slot);
-    keys.into_iter().map(|k| (k, passphrase(k, env))).collect()
+    keys
 }
 
-/// Why each key that gives no passphrase gives none, in slot order.
-fn refusals(keys: &[Keyed<'_>]) -> Vec<String> {
-    keys.iter().filter_map(|(k, p)| p.as_ref().err().map(|e| format!("{}: {e}", describe(k)))).collect()
+/// What each slot's key gave for its existing slot: each key is asked once, by the open and
+/// the sync together (a KMS round trip is a second or more).
+type Asked = BTreeMap<u32, Result<Passphrase, String>>;
+
+fn ask(asked: &mut Asked, key: &EncryptionKey, env: &KeyEnv<'_>, header: &Header) -> Result<Passphrase, String> {
+    asked.entry(key.slot).or_insert_with(|| get_key(key, env, header.metadata.tokens.get(&key.slot))).clone()
 }
 
 /// Formats the blank `dev` as LUKS2 with the first key that yields a passphrase, then adds the
@@ -150,16 +229,34 @@ pub fn format<D: luks2::Device>(
     env: &KeyEnv<'_>,
     kdf: &mut dyn FnMut() -> Result<Kdf, String>,
 ) -> Result<Unlocked, String> {
-    let keys = keyed(spec, env);
-    let refused = refusals(&keys);
-    let Some((key, pass)) = keys.iter().find_map(|(k, p)| p.as_ref().ok().map(|p| (*k, p))) else {
-        return Err(format!("no configured key gives a passphrase to format with: {}", refused.join("; ")));
+    let keys = sorted(spec);
+    // Keys already refused here are not asked again by the sync.
+    let mut refused: BTreeMap<u32, String> = BTreeMap::new();
+    let mut first = None;
+    for key in &keys {
+        match new_key(key, env) {
+            Ok(made) => {
+                first = Some((*key, made));
+                break;
+            }
+            Err(e) => {
+                refused.insert(key.slot, format!("{}: {e}", describe(key)));
+            }
+        }
+    }
+    let Some((key, (pass, token))) = first else {
+        let why: Vec<&str> = refused.values().map(String::as_str).collect();
+        return Err(format!("no configured key gives a passphrase to format with: {}", why.join("; ")));
     };
     let kdf = kdf()?;
     let opts = format_options(spec, kdf, key.slot)?;
-    let (header, volume_key) = luks2::format(dev, &opts, pass).map_err(|e| format!("formatting LUKS2: {e}"))?;
-    let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: refused };
-    sync_keys(dev, &mut unlocked, &keys, kdf);
+    let (mut header, volume_key) = luks2::format(dev, &opts, &pass).map_err(|e| format!("formatting LUKS2: {e}"))?;
+    if let Some(token) = &token {
+        header = luks2::set_token(dev, &header, key.slot, token)
+            .map_err(|e| format!("writing the token of {}: {e}", describe(key)))?;
+    }
+    let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: Vec::new() };
+    sync_keys(dev, &mut unlocked, &keys, env, kdf, &mut Asked::new(), &refused);
     Ok(unlocked)
 }
 
@@ -172,23 +269,23 @@ pub fn open<D: luks2::Device>(
     kdf: &mut dyn FnMut() -> Result<Kdf, String>,
 ) -> Result<Unlocked, String> {
     let header = Header::read(dev).map_err(|e| format!("reading the LUKS2 header: {e}"))?;
-    let keys = keyed(spec, env);
+    let keys = sorted(spec);
+    let mut asked = Asked::new();
     // Every slot tried, in slot order, for the error when none opens.
     let mut tried = Vec::new();
-    for (key, pass) in &keys {
-        let pass = match pass {
+    for key in &keys {
+        let pass = match ask(&mut asked, key, env, &header) {
             Ok(p) => p,
             Err(e) => {
                 tried.push(format!("{}: {e}", describe(key)));
                 continue;
             }
         };
-        match header.unlock_slot(dev, key.slot, pass) {
+        match header.unlock_slot(dev, key.slot, &pass) {
             Ok(volume_key) => {
-                // Keys that gave no passphrase stay reported: the sync cannot write them either.
-                let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: refusals(&keys) };
+                let mut unlocked = Unlocked { header, key: volume_key, slot: key.slot, failed_syncs: Vec::new() };
                 match kdf() {
-                    Ok(kdf) => sync_keys(dev, &mut unlocked, &keys, kdf),
+                    Ok(kdf) => sync_keys(dev, &mut unlocked, &keys, env, kdf, &mut asked, &BTreeMap::new()),
                     Err(e) => unlocked.failed_syncs.push(format!("syncing keys: {e}")),
                 }
                 return Ok(unlocked);
@@ -203,18 +300,46 @@ pub fn open<D: luks2::Device>(
 }
 
 /// Talos's `syncKeys`: every configured slot other than the one that opened holds its key, and
-/// no other slot is left. Each failure is recorded in `u.failed_syncs` and the rest go on; keys
-/// that gave no passphrase are the caller's to report.
-fn sync_keys<D: luks2::Device>(dev: &mut D, u: &mut Unlocked, keys: &[Keyed<'_>], kdf: Kdf) {
-    for (key, pass) in keys {
-        let Ok(pass) = pass else { continue };
+/// no other slot is left. A slot whose key is known and no longer opens it is replaced (the new
+/// key made first, so a handler that fails leaves the old slot); a key whose handler fails is
+/// reported and its slot kept. Failures are recorded in `u.failed_syncs`, in slot order, and
+/// the rest go on; `refused` are the keys the caller already asked in vain.
+fn sync_keys<D: luks2::Device>(
+    dev: &mut D,
+    u: &mut Unlocked,
+    keys: &[&EncryptionKey],
+    env: &KeyEnv<'_>,
+    kdf: Kdf,
+    asked: &mut Asked,
+    refused: &BTreeMap<u32, String>,
+) {
+    for key in keys {
         if key.slot == u.slot {
             continue;
         }
-        if u.header.metadata.keyslots.contains_key(&key.slot) {
-            if u.header.unlock_slot(dev, key.slot, pass).is_ok() {
+        if let Some(why) = refused.get(&key.slot) {
+            u.failed_syncs.push(why.clone());
+            continue;
+        }
+        let exists = u.header.metadata.keyslots.contains_key(&key.slot);
+        if exists {
+            match ask(asked, key, env, &u.header) {
+                Ok(pass) if u.header.unlock_slot(dev, key.slot, &pass).is_ok() => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    u.failed_syncs.push(format!("{}: {e}", describe(key)));
+                    continue;
+                }
+            }
+        }
+        let (pass, token) = match new_key(key, env) {
+            Ok(made) => made,
+            Err(e) => {
+                u.failed_syncs.push(format!("{}: {e}", describe(key)));
                 continue;
             }
+        };
+        if exists {
             match luks2::remove_keyslot(dev, &u.header, key.slot) {
                 Ok(h) => u.header = h,
                 Err(e) => {
@@ -223,17 +348,40 @@ fn sync_keys<D: luks2::Device>(dev: &mut D, u: &mut Unlocked, keys: &[Keyed<'_>]
                 }
             }
         }
-        match luks2::add_keyslot(dev, &u.header, &u.key, pass, &kdf, Some(key.slot)) {
+        match luks2::add_keyslot(dev, &u.header, &u.key, &pass, &kdf, Some(key.slot)) {
             Ok((h, _)) => u.header = h,
-            Err(e) => u.failed_syncs.push(format!("error adding key {}: {e}", describe(key))),
+            Err(e) => {
+                u.failed_syncs.push(format!("error adding key {}: {e}", describe(key)));
+                continue;
+            }
+        }
+        // The slot's token: the new key's, or none (a key of another kind had the slot).
+        let written = match (&token, u.header.metadata.tokens.contains_key(&key.slot)) {
+            (Some(t), _) => luks2::set_token(dev, &u.header, key.slot, t).map(Some),
+            (None, true) => luks2::remove_token(dev, &u.header, key.slot).map(Some),
+            (None, false) => Ok(None),
+        };
+        match written {
+            Ok(Some(h)) => u.header = h,
+            Ok(None) => {}
+            Err(e) => u.failed_syncs.push(format!("error writing the token of {}: {e}", describe(key))),
         }
     }
     let stale: Vec<u32> =
-        u.header.metadata.keyslots.keys().copied().filter(|s| !keys.iter().any(|(k, _)| k.slot == *s)).collect();
+        u.header.metadata.keyslots.keys().copied().filter(|s| !keys.iter().any(|k| k.slot == *s)).collect();
     for slot in stale {
         match luks2::remove_keyslot(dev, &u.header, slot) {
             Ok(h) => u.header = h,
-            Err(e) => u.failed_syncs.push(format!("error removing key slot {slot}: {e}")),
+            Err(e) => {
+                u.failed_syncs.push(format!("error removing key slot {slot}: {e}"));
+                continue;
+            }
+        }
+        if u.header.metadata.tokens.contains_key(&slot) {
+            match luks2::remove_token(dev, &u.header, slot) {
+                Ok(h) => u.header = h,
+                Err(e) => u.failed_syncs.push(format!("error removing the token of key slot {slot}: {e}")),
+            }
         }
     }
 }
@@ -258,7 +406,7 @@ mod tests {
     }
 
     fn env() -> KeyEnv<'static> {
-        KeyEnv { volume_id: "u-data", machine_uuid: Some(UUID), salt: None }
+        KeyEnv { volume_id: "u-data", machine_uuid: Some(UUID), salt: None, kms: None }
     }
 
     fn blank() -> Cursor<Vec<u8>> {
@@ -351,7 +499,134 @@ mod tests {
         let wrong = spec(vec![key(0, EncryptionKeyType::Static, "b"), key(3, EncryptionKeyType::Kms, "")]);
         let err = open(&mut dev, &wrong, &env(), &mut || Ok(fast())).unwrap_err();
         assert!(err.starts_with("no configured key opens the volume: slot 0 (static): "), "{err}");
-        assert!(err.contains("slot 3 (kms): the kms key handler is not available"), "{err}");
+        assert!(err.contains("slot 3 (kms): kms.endpoint is not set"), "{err}");
+    }
+
+    /// A stand-in KMS for these table tests (the real server is `tests/kms.rs`'s): it "seals"
+    /// by XOR with its key behind a tag, and can be made to fail or to hold another key.
+    struct FakeKms {
+        key: u8,
+        down: bool,
+        calls: std::sync::atomic::AtomicUsize,
+    }
+
+    impl FakeKms {
+        fn new(key: u8) -> Self {
+            FakeKms { key, down: false, calls: Default::default() }
+        }
+    }
+
+    impl Kms for FakeKms {
+        fn seal(&self, endpoint: &str, uuid: &str, data: &[u8]) -> Result<Vec<u8>, String> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            assert_eq!((endpoint, uuid), ("grpc://kms:4050", UUID));
+            if self.down {
+                return Err("kms is down".into());
+            }
+            Ok([b"S".as_slice(), &data.iter().map(|b| b ^ self.key).collect::<Vec<_>>()].concat())
+        }
+        fn unseal(&self, _: &str, _: &str, data: &[u8]) -> Result<Vec<u8>, String> {
+            self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if self.down {
+                return Err("kms is down".into());
+            }
+            Ok(data.strip_prefix(b"S").ok_or("not sealed here")?.iter().map(|b| b ^ self.key).collect())
+        }
+    }
+
+    fn kms_key(slot: u32) -> EncryptionKey {
+        EncryptionKey {
+            slot,
+            kind: EncryptionKeyType::Kms,
+            kms_endpoint: "grpc://kms:4050".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_kms_slot_keeps_its_sealed_passphrase_in_a_token_and_reopens() {
+        let kms = FakeKms::new(0x5a);
+        let e = KeyEnv { kms: Some(&kms), ..env() };
+        let s = spec(vec![kms_key(0), key(1, EncryptionKeyType::Static, "recovery")]);
+        let mut dev = blank();
+        let u = format(&mut dev, &s, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 0);
+        assert!(u.failed_syncs.is_empty(), "{:?}", u.failed_syncs);
+        let h = Header::read(&mut dev).unwrap();
+        let token = &h.metadata.tokens[&0];
+        assert_eq!(token.kind, TOKEN_TYPE_KMS);
+        let sealed = token.talos_user_data::<KmsToken>().unwrap().sealed_data;
+        assert_eq!(sealed.len(), 1 + KMS_PASSPHRASE_LEN);
+        // The slot's passphrase is the base64 of what the KMS unseals, as in Talos.
+        let plain = kms.unseal("", "", &sealed).unwrap();
+        let pass = base64::engine::general_purpose::STANDARD.encode(plain);
+        assert!(h.unlock_slot(&mut dev, 0, pass.as_bytes()).is_ok());
+        assert!(!h.metadata.tokens.contains_key(&1), "a static slot has no token");
+        let again = open(&mut dev, &s, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!((again.slot, again.key.as_bytes()), (0, u.key.as_bytes()));
+        assert!(again.failed_syncs.is_empty(), "{:?}", again.failed_syncs);
+    }
+
+    #[test]
+    fn a_kms_that_does_not_answer_never_costs_its_slot() {
+        let up = FakeKms::new(1);
+        let s = spec(vec![kms_key(0), key(1, EncryptionKeyType::Static, "recovery")]);
+        let mut dev = blank();
+        format(&mut dev, &s, &KeyEnv { kms: Some(&up), ..env() }, &mut || Ok(fast())).unwrap();
+        let before = Header::read(&mut dev).unwrap();
+        let down = FakeKms { down: true, ..FakeKms::new(1) };
+        let u = open(&mut dev, &s, &KeyEnv { kms: Some(&down), ..env() }, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 1, "the recovery slot opens");
+        assert_eq!(u.failed_syncs, vec!["slot 0 (kms): kms is down"]);
+        assert_eq!(down.calls.load(std::sync::atomic::Ordering::SeqCst), 1, "the KMS is asked once");
+        let after = Header::read(&mut dev).unwrap();
+        assert_eq!(after.metadata.keyslots[&0], before.metadata.keyslots[&0], "slot 0 is untouched");
+        assert_eq!(after.metadata.tokens[&0], before.metadata.tokens[&0]);
+        // Once it answers again, slot 0 opens.
+        assert_eq!(open(&mut dev, &s, &KeyEnv { kms: Some(&up), ..env() }, &mut || Ok(fast())).unwrap().slot, 0);
+    }
+
+    #[test]
+    fn a_kms_slot_that_no_longer_opens_is_sealed_anew() {
+        let old = FakeKms::new(1);
+        let s = spec(vec![kms_key(0), key(1, EncryptionKeyType::Static, "recovery")]);
+        let mut dev = blank();
+        format(&mut dev, &s, &KeyEnv { kms: Some(&old), ..env() }, &mut || Ok(fast())).unwrap();
+        let sealed_before = Header::read(&mut dev).unwrap().metadata.tokens[&0].clone();
+        // The server now holds another key: what it unseals opens nothing, so the slot is
+        // replaced by one it sealed.
+        let new = FakeKms::new(2);
+        let e = KeyEnv { kms: Some(&new), ..env() };
+        let u = open(&mut dev, &s, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 1);
+        assert!(u.failed_syncs.is_empty(), "{:?}", u.failed_syncs);
+        assert_ne!(Header::read(&mut dev).unwrap().metadata.tokens[&0], sealed_before);
+        assert_eq!(open(&mut dev, &s, &e, &mut || Ok(fast())).unwrap().slot, 0);
+        // A slot the config turns static loses its token; a dropped slot loses its token too.
+        let s2 = spec(vec![key(0, EncryptionKeyType::Static, "plain"), key(1, EncryptionKeyType::Static, "recovery")]);
+        let u = open(&mut dev, &s2, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 1);
+        assert!(u.header.metadata.tokens.is_empty(), "{:?}", u.header.metadata.tokens);
+        let s3 = spec(vec![kms_key(2), key(0, EncryptionKeyType::Static, "plain")]);
+        let u = open(&mut dev, &s3, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.header.metadata.tokens.keys().copied().collect::<Vec<_>>(), vec![2]);
+        let s4 = spec(vec![key(0, EncryptionKeyType::Static, "plain")]);
+        let u = open(&mut dev, &s4, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.header.metadata.keyslots.keys().copied().collect::<Vec<_>>(), vec![0]);
+        assert!(u.header.metadata.tokens.is_empty());
+    }
+
+    #[test]
+    fn lock_to_state_salts_a_kms_key_too() {
+        let kms = FakeKms::new(3);
+        let mut k = kms_key(0);
+        k.lock_to_state = true;
+        let e = KeyEnv { kms: Some(&kms), salt: Some(b"SALT"), ..env() };
+        let (pass, token) = new_key(&k, &e).unwrap();
+        assert!(pass.ends_with(b"SALT"));
+        assert_eq!(get_key(&k, &e, token.as_ref()).unwrap(), pass);
+        assert!(get_key(&k, &KeyEnv { salt: None, ..e }, token.as_ref()).unwrap_err().starts_with("lockToState: "));
+        assert_eq!(get_key(&k, &e, None).unwrap_err(), "the slot has no sideroKMS token");
     }
 
     #[test]

@@ -5,4 +5,5 @@
 pub mod api;
 pub mod config;
 pub mod conn;
+pub mod kms;
 pub mod state;

@@ -120,6 +120,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(block::VolumeManagerController::new(env.supervisor.reaper()))));
     all.push((Scope::NodeOnly, Box::new(block::MountRequestController)));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
+    all.push((Scope::NodeOnly, Box::new(secrets::EncryptionSaltController::new())));
     all.push((Scope::NodeOnly, Box::new(MetaLoadController::new(env.meta_writes.clone()))));
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);

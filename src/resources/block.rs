@@ -478,9 +478,8 @@ pub struct EncryptionKey {
     pub tpm_pub_key_pcrs: Vec<u8>,
 }
 
-/// How a volume is encrypted: Talos's `EncryptionSpec`. Carried from the documents into the
-/// `VolumeConfig`; the volume manager does not act on it yet (LUKS2 is not there yet), so a
-/// volume with a provider is refused rather than made in the clear.
+/// How a volume is encrypted: Talos's `EncryptionSpec`, carried from the documents into the
+/// `VolumeConfig`; the volume manager opens (or first formats) the LUKS2 layer with it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct EncryptionSpec {

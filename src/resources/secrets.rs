@@ -231,6 +231,42 @@ impl ResourceSpec for CertSans {
     }
 }
 
+/// The node's disk encryption salt, id `salt`: 32 random bytes kept on STATE
+/// (`encryption-salt.yaml`), appended to the passphrase of every `lockToState` key, so a
+/// volume so locked opens only beside the STATE it was made with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionSalt {
+    #[serde(with = "crate::block::luks2::b64")]
+    pub disk_salt: Vec<u8>,
+}
+
+impl EncryptionSalt {
+    pub const ID: &'static str = "salt";
+    /// Talos's `constants.DiskEncryptionSaltSize`.
+    pub const SIZE: usize = 32;
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct EncryptionSaltWire {
+    #[prost(bytes = "vec", tag = "1")]
+    disk_salt: Vec<u8>,
+}
+
+impl ResourceSpec for EncryptionSalt {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "EncryptionSalts.secrets.talos.dev",
+        aliases: &[],
+        default_namespace: NAMESPACE,
+        print_columns: &[],
+        sensitivity: Sensitivity::Sensitive,
+    };
+
+    fn to_proto(&self) -> Option<Vec<u8>> {
+        Some(prost::Message::encode_to_vec(&EncryptionSaltWire { disk_salt: self.disk_salt.clone() }))
+    }
+}
+
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.add_namespace(NAMESPACE, "Resources with secret material.")?;
     registry.register::<OsRoot>()?;
@@ -238,6 +274,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<TrustdCertificates>()?;
     registry.register::<MaintenanceRoot>()?;
     registry.register::<CertSans>()?;
+    registry.register::<EncryptionSalt>()?;
     Ok(())
 }
 

@@ -135,11 +135,83 @@ enum Command {
     },
     /// Validate a machine config file (no node is contacted).
     Validate(validate::ValidateArgs),
+    /// A KMS server for `kms` disk encryption keys (the launcher runs it for test clusters).
+    #[command(hide = true)]
+    KmsLaunch(KmsLaunchArgs),
     /// Print a shell completion script.
     Completion {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct KmsLaunchArgs {
+    /// Listen on this address (host:port).
+    #[arg(long, default_value = "localhost:4050", conflicts_with = "stdio")]
+    kms_addr: String,
+    /// The AES key to seal with, base64 (16 or 32 bytes).
+    #[arg(long, conflicts_with = "kms_key_file", required_unless_present = "kms_key_file")]
+    kms_key: Option<String>,
+    /// Read the base64 key from this file instead (kept off the command line).
+    #[arg(long)]
+    kms_key_file: Option<std::path::PathBuf>,
+    /// Serve the one connection on stdin and stdout, then exit (QEMU's guestfwd cmd:).
+    #[arg(long)]
+    stdio: bool,
+}
+
+fn kms_launch(a: KmsLaunchArgs) -> ExitCode {
+    use base64::Engine as _;
+    let text = match (&a.kms_key, &a.kms_key_file) {
+        (Some(k), _) => k.clone(),
+        (None, Some(f)) => match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("talosctl kms-launch: --kms-key-file {}: {e}", f.display());
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => {
+            eprintln!("talosctl kms-launch: no KMS key (--kms-key or --kms-key-file)");
+            return ExitCode::from(2);
+        }
+    };
+    let key = match base64::engine::general_purpose::STANDARD.decode(text.trim()) {
+        Ok(k) => zeroize::Zeroizing::new(k),
+        Err(e) => {
+            eprintln!("talosctl kms-launch: --kms-key: not base64: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let server = match crate::api::kms::KmsServer::new(&key) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("talosctl kms-launch: --kms-key: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    block_on(async move {
+        let served = if a.stdio {
+            crate::api::kms::serve_stdio(server).await
+        } else {
+            match tokio::net::lookup_host(&a.kms_addr).await.map(|mut i| i.next()) {
+                Ok(Some(addr)) => {
+                    eprintln!("talosctl kms-launch: serving on {addr}");
+                    crate::api::kms::serve_tcp(server, addr).await
+                }
+                Ok(None) => Err(format!("--kms-addr {}: no address", a.kms_addr)),
+                Err(e) => Err(format!("--kms-addr {}: {e}", a.kms_addr)),
+            }
+        };
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("talosctl kms-launch: {e}");
+                ExitCode::FAILURE
+            }
+        }
+    })
 }
 
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -175,6 +247,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Meta { command } => meta::run(&cli, command),
         Command::Wipe { command } => wipe::run(&cli, command),
+        Command::KmsLaunch(args) => kms_launch(args),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());
             ExitCode::SUCCESS

@@ -25,6 +25,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 use zeroize::{Zeroize, Zeroizing};
 
 pub use dm::{DmCryptOptions, dm_crypt_table, mapping_name};
+pub(crate) use header::b64;
 pub use header::{Af, Area, Config, Digest, Header, Keyslot, KeyslotKdf, Metadata, Requirements, Segment, SegmentSize};
 pub use kdf::{Hash, Kdf, TALOS_ITER_TIME};
 pub use token::Token;

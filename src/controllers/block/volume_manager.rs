@@ -32,6 +32,7 @@ use crate::resources::block::{
     DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, EncryptionProvider, FilesystemType,
     MountStatus, NAMESPACE, REFRESH_ID, SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
 };
+use crate::resources::secrets::EncryptionSalt;
 use crate::services::Reaper;
 use std::path::Path;
 
@@ -102,6 +103,7 @@ impl Controller for VolumeManagerController {
             Input::weak::<SystemDisk>(NAMESPACE),
             Input::weak::<DiscoveryRefreshStatus>(NAMESPACE),
             Input::weak::<MountStatus>(NAMESPACE),
+            Input::weak::<EncryptionSalt>(crate::resources::secrets::NAMESPACE),
         ]
     }
 
@@ -514,8 +516,25 @@ impl VolumeManagerController {
         status: &VolumeStatus,
     ) -> Result<VolumeStatus, StepError> {
         let (location, volume_id, spec) = (status.location.clone(), id.to_string(), config.encryption.clone());
+        let salt = ctx
+            .get::<EncryptionSalt>(crate::resources::secrets::NAMESPACE, EncryptionSalt::ID)?
+            .map(|r| zeroize::Zeroizing::new(r.spec().disk_salt.clone()));
+        if spec.keys.iter().any(|k| k.lock_to_state) {
+            if id == super::volume_config::STATE {
+                return Err(StepError::failed("lockToState: STATE cannot be locked to the salt it keeps"));
+            }
+            if salt.is_none() {
+                // The salt comes once STATE is mounted; its resource wakes this controller.
+                return Err(StepError {
+                    message: "waiting for the encryption salt on STATE (a key is lockToState)".into(),
+                    again: true,
+                });
+            }
+        }
         let opened = ctx
-            .blocking("opening an encrypted volume", move || open_encrypted(&location, &volume_id, &spec))
+            .blocking("opening an encrypted volume", move || {
+                open_encrypted(&location, &volume_id, &spec, salt.as_deref().map(|s| s.as_slice()))
+            })
             .await?
             .map_err(|e| StepError::failed(format!("encryption: {e}")))?;
         let how = match (opened.formatted, opened.slot) {
@@ -742,6 +761,7 @@ fn open_encrypted(
     location: &str,
     volume_id: &str,
     spec: &crate::resources::block::EncryptionSpec,
+    salt: Option<&[u8]>,
 ) -> Result<Opened, String> {
     use crate::block::{encryption, luks2};
     use crate::kernel::dm;
@@ -772,7 +792,8 @@ fn open_encrypted(
         .open(location)
         .map_err(|e| format!("opening {location}: {e}"))?;
     let uuid = std::fs::read_to_string(PRODUCT_UUID).ok().map(|u| u.trim().to_ascii_lowercase());
-    let env = encryption::KeyEnv { volume_id, machine_uuid: uuid.as_deref(), salt: None };
+    let kms = crate::client::kms::GrpcKms;
+    let env = encryption::KeyEnv { volume_id, machine_uuid: uuid.as_deref(), salt, kms: Some(&kms) };
     let key_len = if spec.key_size == 0 { 64 } else { spec.key_size as usize / 8 };
     let mut timed: Option<luks2::Kdf> = None;
     let mut kdf = || -> Result<luks2::Kdf, String> {

@@ -5,11 +5,13 @@
 
 pub mod api;
 pub mod cert_sans;
+pub mod encryption_salt;
 pub mod root;
 pub mod trustd;
 
 pub use api::ApiCertController;
 pub use cert_sans::CertSansController;
+pub use encryption_salt::EncryptionSaltController;
 pub use root::RootController;
 pub use trustd::TrustdCertController;
 
