@@ -53,6 +53,8 @@ pub struct NodeLaunch {
     /// The command that answers the node's `talos.config=` fetch (see [`super::serve`]):
     /// QEMU runs it for each connection to [`super::serve::CONFIG_ADDR`] port 80.
     pub config_command: Option<String>,
+    /// The command that answers the node's KMS connections (see [`super::serve::KMS_ADDR`]).
+    pub kms_command: Option<String>,
 }
 
 /// The API port inside the node that the forward reaches.
@@ -114,9 +116,17 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
         .as_ref()
         .map(|cmd| format!(",guestfwd=tcp:{}:80-cmd:{}", super::serve::CONFIG_ADDR, cmd.replace(',', ",,")))
         .unwrap_or_default();
+    let kms = n
+        .kms_command
+        .as_ref()
+        .map(|cmd| {
+            let (addr, port) = (super::serve::KMS_ADDR, super::serve::KMS_PORT);
+            format!(",guestfwd=tcp:{addr}:{port}-cmd:{}", cmd.replace(',', ",,"))
+        })
+        .unwrap_or_default();
     push(&[
         "-netdev",
-        &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}{config}", n.api_port),
+        &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}{config}{kms}", n.api_port),
     ]);
     // romfile= skips the iPXE option ROM: nodes never network-boot and it costs seconds under TCG.
     push(&["-device", &format!("virtio-net-pci,netdev=api,mac={},romfile=", n.api_mac)]);
@@ -212,6 +222,7 @@ mod tests {
             pid_file: dir.join("dev-controlplane-1.pid"),
             qmp_socket: dir.join("controlplane-1.qmp"),
             config_command: None,
+            kms_command: None,
         }
     }
 
@@ -314,6 +325,22 @@ mod tests {
             &state.join("dev-controlplane-1.config.yaml"),
         ));
         golden("direct-served-config.argv", &qemu_argv(&n));
+    }
+
+    #[test]
+    fn the_kms_forward_runs_kms_launch_per_connection() {
+        let mut n = node(Media::SystemDisk, false, false);
+        let state = Path::new("/home/u/.talos/clusters/dev");
+        n.kms_command = Some(super::super::serve::kms_command(Path::new("/usr/bin/talosbox"), &state.join("kms.key")));
+        let argv = qemu_argv(&n);
+        let netdev = argv.iter().find(|a| a.starts_with("user,id=api,")).unwrap();
+        assert!(
+            netdev.ends_with(
+                ",guestfwd=tcp:10.0.2.101:4050-cmd:'/usr/bin/talosbox' talosctl kms-launch --stdio \
+                 --kms-key-file '/home/u/.talos/clusters/dev/kms.key'"
+            ),
+            "{netdev}"
+        );
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub struct CreateOptions {
     /// the nodes stay in maintenance). A directly booted node is served its own over
     /// `talos.config=`; the others get theirs from [`super::configure::deliver`].
     pub config: Option<super::configure::ConfigureOptions>,
+    /// Serve the cluster a KMS (for `kms` disk encryption keys) at
+    /// [`super::serve::kms_endpoint`], with a key made for the cluster.
+    pub with_kms: bool,
 }
 
 /// The UEFI firmware: code (read-only) and the variable-store template each node copies.
@@ -173,6 +176,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let ports = alloc::api_ports(&opts.name, names.len(), alloc::ephemeral_range()?, &mut alloc::port_is_free)?;
     let mut launches = Vec::new();
     let mut nodes = Vec::new();
+    let kms_key = opts.with_kms.then(|| dir.join(KMS_KEY_FILE));
     let media = match &plan {
         BootPlan::Direct { kernel, initrd, cmdline, .. } => {
             Media::Direct { kernel: kernel.clone(), initrd: initrd.clone(), cmdline: cmdline.clone() }
@@ -216,6 +220,10 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             Some(file) => Some(serve::command(&exe()?, file)),
             None => None,
         };
+        let kms_command = match &kms_key {
+            Some(file) => Some(serve::kms_command(&exe()?, file)),
+            None => None,
+        };
         let launch = NodeLaunch {
             name: name.clone(),
             uuid: alloc::machine_uuid(&opts.name, i),
@@ -234,6 +242,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             pid_file: dir.join(format!("{name}.pid")),
             qmp_socket: dir.join(format!("{short}.qmp")),
             config_command,
+            kms_command,
         };
         check_socket(&launch.qmp_socket)?;
         if let Some(t) = &tpm {
@@ -275,6 +284,12 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         return Err(e);
     }
 
+    if let Some(file) = &kms_key
+        && let Err(e) = write_kms_key(file)
+    {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
     let generated = match &opts.config {
         None => None,
         Some(c) => match super::configure::generate_files(&record, &dir, c, step) {
@@ -306,6 +321,25 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
 }
 
 /// This program, for QEMU to run as the configuration server.
+/// The cluster's KMS key (base64 of 32 random bytes), in its state directory.
+pub const KMS_KEY_FILE: &str = "kms.key";
+
+fn write_kms_key(path: &Path) -> Result<(), ProvisionError> {
+    use base64::Engine as _;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut key = zeroize::Zeroizing::new([0u8; 32]);
+    getrandom::fill(&mut *key).map_err(|e| io_err("making the KMS key", path)(std::io::Error::other(e)))?;
+    let text = zeroize::Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(*key));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(io_err("writing the KMS key", path))
+}
+
 fn exe() -> Result<PathBuf, ProvisionError> {
     std::env::current_exe().map_err(io_err("finding this program", "/proc/self/exe"))
 }

@@ -47,6 +47,48 @@ pub struct Generated {
     pub node_configs: Vec<String>,
 }
 
+/// A key type of `--disk-encryption-key-types`, as Talos's launcher names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskKeyType {
+    /// `uuid`: a nodeID key (the machine UUID and the volume id).
+    Uuid,
+    /// `kms`: sealed by the cluster's KMS (the launcher serves one).
+    Kms,
+}
+
+impl std::str::FromStr for DiskKeyType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "uuid" => Ok(DiskKeyType::Uuid),
+            "kms" => Ok(DiskKeyType::Kms),
+            "tpm" => Err("tpm: the tpm key handler is not available on talosbox nodes yet".into()),
+            other => Err(format!("unknown key type {other:?} (uuid or kms)")),
+        }
+    }
+}
+
+/// The patch `--encrypt-ephemeral` adds to every node's config: EPHEMERAL in LUKS2, with one
+/// key slot per key type, in the order given (Talos's launcher does the same).
+pub fn ephemeral_encryption_patch(keys: &[DiskKeyType]) -> Result<Patch, String> {
+    if keys.is_empty() {
+        return Err("no disk encryption key types enabled".into());
+    }
+    let mut yaml = String::from(
+        "apiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nencryption:\n  provider: luks2\n  keys:\n",
+    );
+    for (slot, key) in keys.iter().enumerate() {
+        match key {
+            DiskKeyType::Uuid => yaml.push_str(&format!("    - slot: {slot}\n      nodeID: {{}}\n")),
+            DiskKeyType::Kms => yaml.push_str(&format!(
+                "    - slot: {slot}\n      kms:\n        endpoint: {}\n",
+                super::serve::kms_endpoint()
+            )),
+        }
+    }
+    Patch::parse(&yaml).map_err(|e| format!("the EPHEMERAL encryption patch: {e}"))
+}
+
 /// The files written into the state directory.
 pub const SECRETS_FILE: &str = "secrets.yaml";
 pub const CONTROLPLANE_FILE: &str = "controlplane.yaml";
@@ -278,6 +320,27 @@ mod tests {
             disks: Vec::new(),
             served_config: None,
         }
+    }
+
+    #[test]
+    fn encrypt_ephemeral_adds_a_valid_volume_config_with_a_slot_per_key_type() {
+        let bundle = SecretsBundle::generate(SystemTime::now()).unwrap();
+        let generated =
+            generate(&bundle, "c", "https://10.5.0.2:6443", &GenerateOptions::new("1.34.1"), SystemTime::now())
+                .unwrap();
+        let types: Vec<DiskKeyType> = ["uuid", "kms"].iter().map(|t| t.parse().unwrap()).collect();
+        let patch = ephemeral_encryption_patch(&types).unwrap();
+        let text = node_config(&generated.worker, &[patch], &node(Role::Worker, Some("10.5.0.3"))).unwrap();
+        let doc = &text[text.find("kind: VolumeConfig").expect("a VolumeConfig document")..];
+        let doc = doc.split("\n---").next().unwrap();
+        assert!(doc.contains("name: EPHEMERAL"), "{doc}");
+        assert!(doc.contains("provider: luks2"), "{doc}");
+        let (uuid, kms) =
+            (doc.find("nodeID: {}").expect(doc), doc.find("endpoint: grpc://10.0.2.101:4050").expect(doc));
+        assert!(uuid < kms, "slot 0 is the first type given: {doc}");
+        assert!("tpm".parse::<DiskKeyType>().unwrap_err().contains("not available"));
+        assert!(ephemeral_encryption_patch(&[]).unwrap_err().contains("no disk encryption key types"));
+        assert!("luks".parse::<DiskKeyType>().unwrap_err().contains("unknown key type"));
     }
 
     #[test]

@@ -81,8 +81,28 @@ fn read_head(input: &mut impl BufRead) -> Result<(String, String), String> {
 /// The shell command QEMU's `guestfwd=...-cmd:` runs (through `/bin/sh -c`): this program's
 /// `talosctl cluster serve-config` for `file`, single-quoted for the shell.
 pub fn command(exe: &Path, file: &Path) -> String {
-    let quote = |p: &Path| format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"));
     format!("{} talosctl cluster serve-config --file {}", quote(exe), quote(file))
+}
+
+fn quote(p: &Path) -> String {
+    format!("'{}'", p.to_string_lossy().replace('\'', r"'\''"))
+}
+
+/// Where a node reaches the cluster's KMS (`kms` disk encryption keys): a second guestfwd,
+/// which hands each connection to `talosctl kms-launch --stdio` with the cluster's key, so,
+/// like the configuration, it is answered for that node alone and no listener is left on the
+/// host. Talos's launcher serves its KMS on the bridge at port 4050.
+pub const KMS_ADDR: &str = "10.0.2.101";
+pub const KMS_PORT: u16 = 4050;
+
+/// The `kms.endpoint` of the cluster's KMS, as the node sees it.
+pub fn kms_endpoint() -> String {
+    format!("grpc://{KMS_ADDR}:{KMS_PORT}")
+}
+
+/// The guestfwd command of the cluster's KMS, with its key in `key_file`.
+pub fn kms_command(exe: &Path, key_file: &Path) -> String {
+    format!("{} talosctl kms-launch --stdio --kms-key-file {}", quote(exe), quote(key_file))
 }
 
 #[cfg(test)]
