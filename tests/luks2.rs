@@ -610,7 +610,7 @@ mod volume_keys {
     }
 
     fn env() -> KeyEnv<'static> {
-        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None, kms: None }
+        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None, kms: None, tpm: None }
     }
 
     #[test]
@@ -721,7 +721,7 @@ mod kms_keys {
     }
 
     fn env<'a>(kms: &'a GrpcKms) -> KeyEnv<'a> {
-        KeyEnv { volume_id: "u-vault", machine_uuid: Some(UUID), salt: Some(SALT), kms: Some(kms) }
+        KeyEnv { volume_id: "u-vault", machine_uuid: Some(UUID), salt: Some(SALT), kms: Some(kms), tpm: None }
     }
 
     fn sealed_in_slot(s: &Scratch, slot: u32) -> Vec<u8> {
@@ -823,5 +823,190 @@ mod kms_keys {
         let short = kms.seal(&endpoint, UUID, &[1u8; 8]).unwrap_err();
         assert!(short.contains("incorrect data length"), "{short}");
         assert_eq!(accepting.join().unwrap(), 3, "one process per connection");
+    }
+}
+
+/// The `tpm` key against a real TPM 2.0, swtpm on its TCP socket interface: the client seals
+/// to PCR values and unseals only while they hold; a volume whose slot 0 is a tpm key keeps
+/// the sealed object in a `talos-tpm2` token cryptsetup reads, reopens by it, and opens by the
+/// recovery slot once a PCR moved, keeping slot 0 as it was.
+mod tpm_keys {
+    use super::*;
+    use std::net::TcpStream;
+    use std::process::Child;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    use talosbox::block::encryption::{self, KeyEnv, Tpm};
+    use talosbox::block::tpm::{self, Device};
+    use talosbox::block::tpm_key;
+    use talosbox::resources::block::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
+    use zeroize::Zeroizing;
+
+    /// One swtpm process (TPM 2.0, started and cleared), killed on drop.
+    struct SwTpm {
+        child: Child,
+        port: u16,
+        _state: Scratch,
+        uki: AtomicBool,
+    }
+
+    impl SwTpm {
+        fn start(name: &str) -> SwTpm {
+            let state = Scratch::new(name);
+            let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+            let (port, ctrl) = (free(), free());
+            let child = Command::new("swtpm")
+                .args(["socket", "--tpm2", "--flags", "not-need-init,startup-clear"])
+                .args(["--server", &format!("type=tcp,bindaddr=127.0.0.1,port={port}")])
+                .args(["--ctrl", &format!("type=tcp,bindaddr=127.0.0.1,port={ctrl}")])
+                .arg("--tpmstate")
+                .arg(format!("dir={}", state.0.display()))
+                .spawn()
+                .expect("starting swtpm (tests/run installs it)");
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "swtpm did not listen on {port}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            SwTpm { child, port, _state: state, uki: AtomicBool::new(true) }
+        }
+
+        fn device(&self) -> Device {
+            // swtpm serves one connection at a time: each caller gets its own, closed on drop.
+            let mut last = None;
+            for _ in 0..100 {
+                match TcpStream::connect(("127.0.0.1", self.port)) {
+                    Ok(s) => {
+                        // A wedged TPM fails the test instead of hanging it.
+                        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                        return Device::over(s);
+                    }
+                    Err(e) => last = Some(e),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            panic!("connecting to swtpm: {last:?}");
+        }
+    }
+
+    impl Drop for SwTpm {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    impl Tpm for SwTpm {
+        fn seal(&self, secret: &[u8], pcrs: &[u8]) -> Result<TpmToken, String> {
+            tpm_key::seal_token(&mut self.device(), secret, pcrs)
+        }
+        fn unseal(&self, token: &TpmToken) -> Result<Zeroizing<Vec<u8>>, String> {
+            tpm_key::unseal_token(&mut self.device(), token)
+        }
+        fn secure_boot(&self) -> Result<bool, String> {
+            Ok(false)
+        }
+        fn uki_measured(&self) -> bool {
+            self.uki.load(Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn the_client_seals_to_pcr_values_and_unseals_only_while_they_hold() {
+        let swtpm = SwTpm::start("tpm-client");
+        let mut dev = swtpm.device();
+        let before = dev.read_pcrs(&[7, 11]).expect("PCR_Read");
+        assert_eq!(before.len(), 2);
+        assert!(before.iter().all(|d| d.len() == 32));
+
+        let sealed = dev.seal(b"a secret of the node", &[11, 7, 7]).expect("sealing");
+        assert_eq!(sealed.pcrs, vec![7, 11], "sorted, without repeats");
+        assert_eq!(sealed.policy_hash.len(), 32);
+        assert_eq!(&dev.unseal(&sealed).expect("unsealing")[..], b"a secret of the node");
+        // The storage key is derived again, not stored: a new connection unseals too.
+        drop(dev);
+        let mut dev = swtpm.device();
+        assert_eq!(&dev.unseal(&sealed).expect("unsealing again")[..], b"a secret of the node");
+
+        // A sealed object under one set of values says the PCRs moved, by the digest check and,
+        // with that check skipped, by the TPM's own refusal of the policy session.
+        dev.extend_pcr(7, &[0x5a; 32]).expect("PCR_Extend");
+        assert_ne!(dev.read_pcrs(&[7]).unwrap()[0], before[0]);
+        let moved = dev.unseal(&sealed).unwrap_err();
+        assert_eq!(moved.to_string(), "the PCR values differ from those the key was sealed to (PCRs [7, 11])");
+        let unchecked = tpm::Sealed { policy_hash: Vec::new(), ..sealed.clone() };
+        assert!(matches!(dev.unseal(&unchecked).unwrap_err(), tpm::Error::PcrsMoved(_)));
+        // Sealed again now, it opens now.
+        let again = dev.seal(b"x", &[7, 11]).unwrap();
+        assert_ne!(again.policy_hash, sealed.policy_hash);
+        assert_eq!(&dev.unseal(&again).unwrap()[..], b"x");
+
+        assert_eq!(dev.seal(b"x", &[24]).unwrap_err().to_string(), "PCR 24 is out of range (0–23)");
+        let broken = tpm::Sealed { public: vec![0, 3, 1], ..sealed };
+        assert!(dev.unseal(&broken).unwrap_err().to_string().starts_with("the sealed object does not parse"));
+    }
+
+    fn tpm_key() -> EncryptionKey {
+        EncryptionKey {
+            slot: 0,
+            kind: EncryptionKeyType::Tpm,
+            tpm_pcrs: vec![7],
+            tpm_pub_key_pcrs: vec![11],
+            ..EncryptionKey::default()
+        }
+    }
+
+    fn recovery() -> EncryptionKey {
+        EncryptionKey {
+            slot: 1,
+            kind: EncryptionKeyType::Static,
+            static_passphrase: "recovery".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_tpm_slot_reopens_and_falls_back_to_the_recovery_slot_when_a_pcr_moves() {
+        let swtpm = SwTpm::start("tpm-volume");
+        let env = KeyEnv { volume_id: "u-sealed", machine_uuid: None, salt: None, kms: None, tpm: Some(&swtpm) };
+        let s = Scratch::new("tpm-vol");
+        let spec = EncryptionSpec { keys: vec![tpm_key(), recovery()], ..EncryptionSpec::default() };
+        let made = encryption::format(&mut s.open(), &spec, &env, &mut || Ok(PBKDF2)).expect("encrypting");
+        assert_eq!(made.slot, 0);
+        assert!(made.failed_syncs.is_empty(), "{:?}", made.failed_syncs);
+
+        // cryptsetup reads the token: a talos-tpm2 token on keyslot 0 sealed to PCRs 7 and 11
+        // (a UKI stub measured this boot), and the recovery slot opens by its passphrase.
+        let dump = cryptsetup_ok(&["luksDump", "--dump-json-metadata"], &s.image());
+        let json: Value = serde_json::from_str(&dump).expect("luksDump's JSON");
+        assert_eq!(json["tokens"]["0"]["type"], TOKEN_TYPE_TPM, "{dump}");
+        assert_eq!(json["tokens"]["0"]["keyslots"], serde_json::json!(["0"]), "{dump}");
+        let sealed = s.header().metadata.tokens[&0].talos_user_data::<TpmToken>().expect("a talos-tpm2 token");
+        assert_eq!(sealed.pcrs, vec![7, 11]);
+        assert!(cryptsetup_accepts(&s, b"recovery", Some(1)));
+        // The passphrase in the slot is what the TPM unseals from the token, in base64 (as
+        // Talos makes it).
+        let plain = swtpm.unseal(&sealed).expect("unsealing the token");
+        assert_eq!(plain.len(), encryption::TPM_PASSPHRASE_LEN);
+        let pass = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &*plain).into_bytes();
+        assert!(cryptsetup_accepts(&s, &pass, Some(0)));
+        assert_eq!(cryptsetup_volume_key(&s, &pass), made.key.as_bytes());
+
+        let again = encryption::open(&mut s.open(), &spec, &env, &mut || Ok(PBKDF2)).expect("reopening");
+        assert_eq!((again.slot, again.failed_syncs.len()), (0, 0), "{:?}", again.failed_syncs);
+
+        // A changed boot (PCR 11 extended, as a new UKI would): slot 0 cannot unseal, the
+        // recovery slot opens, slot 0 and its token are kept for when the values return.
+        swtpm.device().extend_pcr(11, &[0x11; 32]).expect("PCR_Extend");
+        let before = s.header();
+        let fallback = encryption::open(&mut s.open(), &spec, &env, &mut || Ok(PBKDF2)).expect("opening");
+        assert_eq!(fallback.slot, 1);
+        assert_eq!(
+            fallback.failed_syncs,
+            vec!["slot 0 (tpm): the PCR values differ from those the key was sealed to (PCRs [7, 11])".to_string()]
+        );
+        assert_eq!(s.header().metadata.keyslots[&0], before.metadata.keyslots[&0]);
+        assert_eq!(s.header().metadata.tokens[&0], before.metadata.tokens[&0]);
+        assert_eq!(fallback.key.as_bytes(), made.key.as_bytes());
     }
 }

@@ -9,10 +9,15 @@
 //! Key handlers: `static` (the passphrase), `nodeID` (the machine UUID and the volume id, with
 //! Talos's entropy check), `kms` (a random passphrase sealed by a KMS server, Talos's
 //! `sidero.kms.KMSService`, kept sealed in a `sideroKMS` token beside its slot), and any of
-//! them wrapped by `lockToState` (the node's STATE-held salt appended). `tpm` is refused by
-//! name: a volume that lists it still opens by another slot, and the refusal shows in the
-//! volume's failed syncs. A key whose handler fails (a KMS that does not answer) never loses
-//! its slot: the slot is replaced only when its key is known and no longer opens it.
+//! them wrapped by `lockToState` (the node's STATE-held salt appended). `tpm` seals a random
+//! passphrase through a [`Tpm`] to the current values of its PCRs (7, and 11 when a UKI stub
+//! measured the boot) and keeps the sealed object in a `talos-tpm2` token; a token sealed to
+//! Talos's signed PCR policy is refused by name. On the node the [`Tpm`] is
+//! [`super::tpm_key::NodeTpm`] (`/dev/tpmrm0`); a node without one gets a clear error per tpm
+//! key, and its other slots still open. A key whose handler fails (a KMS that does
+//! not answer, a TPM whose PCRs moved, a node with no TPM) never loses its slot: the slot is
+//! replaced only when its key is known and no longer opens it, and the open goes on to the
+//! next slot (a recovery passphrase).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,7 +25,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use zeroize::Zeroizing;
 
-use super::luks2::token::{KmsToken, TOKEN_TYPE_KMS};
+use super::luks2::token::{KmsToken, TOKEN_TYPE_KMS, TOKEN_TYPE_TPM, TpmToken};
 use super::luks2::{self, FormatOptions, Header, Kdf, Luks2Error, Token, VolumeKey};
 use crate::resources::block::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
 
@@ -34,6 +39,24 @@ pub trait Kms: Send + Sync {
 /// The length of the passphrase a `kms` key seals (kms-client's `PassphraseSize`).
 pub const KMS_PASSPHRASE_LEN: usize = 32;
 
+/// The node's TPM as the `tpm` key handler uses it.
+pub trait Tpm: Send + Sync {
+    /// Seals `secret` to the current values of `pcrs` (SHA-256 bank).
+    fn seal(&self, secret: &[u8], pcrs: &[u8]) -> Result<TpmToken, String>;
+    /// The secret of a sealed object, when the PCRs hold the values it was sealed to.
+    fn unseal(&self, token: &TpmToken) -> Result<Zeroizing<Vec<u8>>, String>;
+    /// Whether the firmware booted with Secure Boot on (`checkSecurebootStatusOnEnroll`).
+    fn secure_boot(&self) -> Result<bool, String>;
+    /// Whether a UKI stub measured the boot into PCR 11: keys then bind that PCR too.
+    fn uki_measured(&self) -> bool;
+}
+
+/// Why a `tpm` key gives nothing where [`KeyEnv::tpm`] is unset (key handling off a node).
+pub const NO_TPM_CLIENT: &str = "no TPM was given to the key handlers here";
+
+/// The length of the passphrase a `tpm` key seals.
+pub const TPM_PASSPHRASE_LEN: usize = 32;
+
 /// What the key handlers draw on.
 #[derive(Clone, Copy, Default)]
 pub struct KeyEnv<'a> {
@@ -45,6 +68,8 @@ pub struct KeyEnv<'a> {
     pub salt: Option<&'a [u8]>,
     /// The KMS client of `kms` keys.
     pub kms: Option<&'a dyn Kms>,
+    /// The TPM of `tpm` keys.
+    pub tpm: Option<&'a dyn Tpm>,
 }
 
 impl std::fmt::Debug for KeyEnv<'_> {
@@ -54,6 +79,7 @@ impl std::fmt::Debug for KeyEnv<'_> {
             .field("machine_uuid", &self.machine_uuid)
             .field("salt", &self.salt.map(|_| "<set>"))
             .field("kms", &self.kms.map(|_| "<client>"))
+            .field("tpm", &self.tpm.map(|_| "<device>"))
             .finish()
     }
 }
@@ -83,7 +109,7 @@ pub fn passphrase(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<Passphrase, S
         EncryptionKeyType::Static => Zeroizing::new(key.static_passphrase.as_bytes().to_vec()),
         EncryptionKeyType::NodeId => node_id_passphrase(env.machine_uuid.unwrap_or(""), env.volume_id)?,
         EncryptionKeyType::Kms => return Err("a kms key's passphrase is sealed in its slot's token".into()),
-        EncryptionKeyType::Tpm => return Err("the tpm key handler is not available on this node yet".into()),
+        EncryptionKeyType::Tpm => return Err("a tpm key's passphrase is sealed in its slot's token".into()),
     };
     salted(key, env, value)
 }
@@ -108,8 +134,33 @@ pub fn get_key(key: &EncryptionKey, env: &KeyEnv<'_>, token: Option<&Token>) -> 
             let plain = Zeroizing::new(kms.unseal(&key.kms_endpoint, uuid, &sealed.sealed_data)?);
             salted(key, env, Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()))
         }
+        EncryptionKeyType::Tpm => {
+            let tpm = env.tpm.ok_or(NO_TPM_CLIENT)?;
+            let token = token.filter(|t| t.kind == TOKEN_TYPE_TPM).ok_or("the slot has no talos-tpm2 token")?;
+            let sealed = token.talos_user_data::<TpmToken>().map_err(|e| format!("its token: {e}"))?;
+            if !sealed.pubkey_pcrs.is_empty() {
+                return Err(format!(
+                    "the key is sealed to a signed PCR policy (PCRs {:?}), which this node does not check",
+                    sealed.pubkey_pcrs
+                ));
+            }
+            let plain = tpm.unseal(&sealed)?;
+            salted(key, env, Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()))
+        }
         _ => passphrase(key, env),
     }
+}
+
+/// The PCRs a new `tpm` slot binds: the key's (PCR 7 by default), and its signed-policy PCRs
+/// (11) by value when a UKI stub measured this boot.
+pub fn tpm_pcrs(key: &EncryptionKey, uki_measured: bool) -> Vec<u8> {
+    let mut pcrs = key.tpm_pcrs.clone();
+    if uki_measured {
+        pcrs.extend_from_slice(&key.tpm_pub_key_pcrs);
+    }
+    pcrs.sort_unstable();
+    pcrs.dedup();
+    pcrs
 }
 
 /// A passphrase for a new slot of `key`, with the token to keep beside it (Talos's `NewKey`).
@@ -120,7 +171,28 @@ pub fn new_key(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<(Passphrase, Opt
             let mut plain = Zeroizing::new(vec![0u8; KMS_PASSPHRASE_LEN]);
             getrandom::fill(&mut plain).map_err(|e| format!("making a passphrase: {e}"))?;
             let sealed = kms.seal(&key.kms_endpoint, uuid, &plain)?;
-            let token = Token::talos(TOKEN_TYPE_KMS, &KmsToken { sealed_data: sealed }).map_err(|e| e.to_string())?;
+            let mut token =
+                Token::talos(TOKEN_TYPE_KMS, &KmsToken { sealed_data: sealed }).map_err(|e| e.to_string())?;
+            // Bound to its keyslot, as cryptsetup's token commands expect.
+            token.keyslots = vec![key.slot];
+            let pass = salted(
+                key,
+                env,
+                Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()),
+            )?;
+            Ok((pass, Some(token)))
+        }
+        EncryptionKeyType::Tpm => {
+            let tpm = env.tpm.ok_or(NO_TPM_CLIENT)?;
+            if key.tpm_check_secureboot_status_on_enroll && !tpm.secure_boot()? {
+                return Err("checkSecurebootStatusOnEnroll: Secure Boot is not enabled".into());
+            }
+            let mut plain = Zeroizing::new(vec![0u8; TPM_PASSPHRASE_LEN]);
+            getrandom::fill(&mut plain).map_err(|e| format!("making a passphrase: {e}"))?;
+            let sealed = tpm.seal(&plain, &tpm_pcrs(key, tpm.uki_measured()))?;
+            let mut token = Token::talos(TOKEN_TYPE_TPM, &sealed).map_err(|e| e.to_string())?;
+            // Bound to its keyslot, as cryptsetup's token commands expect.
+            token.keyslots = vec![key.slot];
             let pass = salted(
                 key,
                 env,
@@ -406,7 +478,7 @@ mod tests {
     }
 
     fn env() -> KeyEnv<'static> {
-        KeyEnv { volume_id: "u-data", machine_uuid: Some(UUID), salt: None, kms: None }
+        KeyEnv { volume_id: "u-data", machine_uuid: Some(UUID), salt: None, kms: None, tpm: None }
     }
 
     fn blank() -> Cursor<Vec<u8>> {
@@ -485,11 +557,11 @@ mod tests {
         let s = spec(vec![key(0, EncryptionKeyType::Tpm, ""), key(1, EncryptionKeyType::Static, "pw")]);
         let mut dev = blank();
         let u = format(&mut dev, &s, &env(), &mut || Ok(fast())).unwrap();
-        assert_eq!(u.slot, 1, "the TPM gives no key here, so the static slot formats");
-        assert_eq!(u.failed_syncs, vec!["slot 0 (tpm): the tpm key handler is not available on this node yet"]);
+        assert_eq!(u.slot, 1, "there is no TPM here, so the static slot formats");
+        assert_eq!(u.failed_syncs, vec![format!("slot 0 (tpm): {NO_TPM_CLIENT}")]);
         let u = open(&mut dev, &s, &env(), &mut || Ok(fast())).unwrap();
         assert_eq!(u.slot, 1);
-        assert_eq!(u.failed_syncs, vec!["slot 0 (tpm): the tpm key handler is not available on this node yet"]);
+        assert_eq!(u.failed_syncs, vec![format!("slot 0 (tpm): {NO_TPM_CLIENT}")]);
     }
 
     #[test]
@@ -639,5 +711,104 @@ mod tests {
         s.block_size = 4096;
         let o = format_options(&s, fast(), 2).unwrap();
         assert_eq!((o.key_size_bits, o.sector_size, o.keyslot), (256, 4096, 2));
+    }
+
+    /// A TPM whose one PCR the test moves: it seals by XOR with a key and the PCR's value,
+    /// and unseals only while the PCR holds the value sealed to.
+    struct FakeTpm {
+        pcr: std::sync::atomic::AtomicU8,
+        uki: bool,
+    }
+
+    impl Tpm for FakeTpm {
+        fn seal(&self, secret: &[u8], pcrs: &[u8]) -> Result<TpmToken, String> {
+            let v = self.pcr.load(std::sync::atomic::Ordering::SeqCst);
+            Ok(TpmToken {
+                key_slots: Vec::new(),
+                sealed_blob_private: secret.iter().map(|b| b ^ 0x33).collect(),
+                sealed_blob_public: vec![v],
+                pcrs: pcrs.iter().map(|&p| i64::from(p)).collect(),
+                pubkey_pcrs: Vec::new(),
+                alg: "sha256".into(),
+                encryption_version: String::new(),
+                policy_hash: vec![v; 32],
+                key_name: vec![0; 34],
+            })
+        }
+        fn unseal(&self, t: &TpmToken) -> Result<Zeroizing<Vec<u8>>, String> {
+            if t.sealed_blob_public != [self.pcr.load(std::sync::atomic::Ordering::SeqCst)] {
+                return Err(format!("the PCR values differ from those the key was sealed to (PCRs {:?})", t.pcrs));
+            }
+            Ok(Zeroizing::new(t.sealed_blob_private.iter().map(|b| b ^ 0x33).collect()))
+        }
+        fn secure_boot(&self) -> Result<bool, String> {
+            Ok(false)
+        }
+        fn uki_measured(&self) -> bool {
+            self.uki
+        }
+    }
+
+    fn tpm_key(slot: u32) -> EncryptionKey {
+        EncryptionKey {
+            slot,
+            kind: EncryptionKeyType::Tpm,
+            tpm_pcrs: vec![7],
+            tpm_pub_key_pcrs: vec![11],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_tpm_slot_seals_to_the_pcrs_and_falls_back_to_the_recovery_slot_when_they_move() {
+        let tpm = FakeTpm { pcr: 1.into(), uki: true };
+        let e = KeyEnv { tpm: Some(&tpm), ..env() };
+        let s = spec(vec![tpm_key(0), key(1, EncryptionKeyType::Static, "recovery")]);
+        let mut dev = blank();
+        let u = format(&mut dev, &s, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 0);
+        assert!(u.failed_syncs.is_empty(), "{:?}", u.failed_syncs);
+        let h = Header::read(&mut dev).unwrap();
+        let sealed = h.metadata.tokens[&0].talos_user_data::<TpmToken>().unwrap();
+        assert_eq!(h.metadata.tokens[&0].kind, TOKEN_TYPE_TPM);
+        assert_eq!(sealed.pcrs, vec![7, 11], "booted through a UKI stub, PCR 11 is bound too");
+        // The boot changes (another UKI): the TPM slot fails, the recovery slot opens, and the
+        // TPM slot stays for the boot it was sealed to.
+        tpm.pcr.store(2, std::sync::atomic::Ordering::SeqCst);
+        let u = open(&mut dev, &s, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 1);
+        assert_eq!(
+            u.failed_syncs,
+            vec!["slot 0 (tpm): the PCR values differ from those the key was sealed to (PCRs [7, 11])"]
+        );
+        assert_eq!(u.header.metadata.keyslots.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
+        tpm.pcr.store(1, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(open(&mut dev, &s, &e, &mut || Ok(fast())).unwrap().slot, 0);
+        // No TPM client: named, and the recovery slot still opens.
+        let u = open(&mut dev, &s, &env(), &mut || Ok(fast())).unwrap();
+        assert_eq!((u.slot, u.failed_syncs), (1, vec![format!("slot 0 (tpm): {NO_TPM_CLIENT}")]));
+    }
+
+    #[test]
+    fn tpm_pcrs_bind_pcr_11_only_when_a_uki_stub_measured_the_boot() {
+        assert_eq!(tpm_pcrs(&tpm_key(0), false), vec![7]);
+        assert_eq!(tpm_pcrs(&tpm_key(0), true), vec![7, 11]);
+        let none = EncryptionKey { tpm_pcrs: vec![], tpm_pub_key_pcrs: vec![], ..tpm_key(0) };
+        assert!(tpm_pcrs(&none, true).is_empty());
+    }
+
+    #[test]
+    fn secure_boot_is_checked_on_enroll_when_asked_and_a_signed_policy_token_is_refused() {
+        let tpm = FakeTpm { pcr: 1.into(), uki: false };
+        let e = KeyEnv { tpm: Some(&tpm), ..env() };
+        let checked = EncryptionKey { tpm_check_secureboot_status_on_enroll: true, ..tpm_key(0) };
+        assert_eq!(new_key(&checked, &e).unwrap_err(), "checkSecurebootStatusOnEnroll: Secure Boot is not enabled");
+        let mut sealed = tpm.seal(b"x", &[7]).unwrap();
+        sealed.pubkey_pcrs = vec![11];
+        let token = Token::talos(TOKEN_TYPE_TPM, &sealed).unwrap();
+        assert_eq!(
+            get_key(&tpm_key(0), &e, Some(&token)).unwrap_err(),
+            "the key is sealed to a signed PCR policy (PCRs [11]), which this node does not check"
+        );
     }
 }

@@ -17,6 +17,8 @@ pub mod probe;
 pub mod selector;
 pub mod swap;
 pub mod sysblock;
+pub mod tpm;
+pub mod tpm_key;
 pub mod wipe;
 
 use std::fs::File;

@@ -51,6 +51,33 @@ pub fn sysfs(target: &Path) -> MountSpec<'_> {
     MountSpec { fstype: "sysfs", source: "sysfs", target, flags: NODEV_NOSUID_NOEXEC, data: None }
 }
 
+/// The EFI variables, read-only.
+pub fn efivarfs(target: &Path) -> MountSpec<'_> {
+    MountSpec {
+        fstype: "efivarfs",
+        source: "efivarfs",
+        target,
+        flags: NODEV_NOSUID_NOEXEC.union(MountFlags::RDONLY),
+        data: None,
+    }
+}
+
+/// Where the EFI variables are read.
+pub const EFIVARS: &str = "/sys/firmware/efi/efivars";
+
+/// Mounts the EFI variables read-only at [`EFIVARS`] unless they are: `Ok(false)` on a BIOS
+/// boot (no `/sys/firmware/efi`). The caller loads the efivarfs module first.
+pub fn ensure_efivars() -> Result<bool, MountError> {
+    let target = Path::new(EFIVARS);
+    if !Path::new("/sys/firmware/efi").exists() {
+        return Ok(false);
+    }
+    if !is_mount_point(target) {
+        mount_spec(&efivarfs(target))?;
+    }
+    Ok(true)
+}
+
 /// `/dev` (this kernel builds devtmpfs in but does not mount it by itself).
 pub fn devtmpfs(target: &Path) -> MountSpec<'_> {
     MountSpec { fstype: "devtmpfs", source: "devtmpfs", target, flags: MountFlags::NOSUID, data: Some(c"mode=0755") }

@@ -54,6 +54,8 @@ pub enum DiskKeyType {
     Uuid,
     /// `kms`: sealed by the cluster's KMS (the launcher serves one).
     Kms,
+    /// `tpm`: sealed by the node's TPM (the launcher gives it one with `--with-tpm`).
+    Tpm,
 }
 
 impl std::str::FromStr for DiskKeyType {
@@ -62,8 +64,8 @@ impl std::str::FromStr for DiskKeyType {
         match s {
             "uuid" => Ok(DiskKeyType::Uuid),
             "kms" => Ok(DiskKeyType::Kms),
-            "tpm" => Err("tpm: the tpm key handler is not available on talosbox nodes yet".into()),
-            other => Err(format!("unknown key type {other:?} (uuid or kms)")),
+            "tpm" => Ok(DiskKeyType::Tpm),
+            other => Err(format!("unknown key type {other:?} (uuid, kms or tpm)")),
         }
     }
 }
@@ -84,6 +86,7 @@ pub fn ephemeral_encryption_patch(keys: &[DiskKeyType]) -> Result<Patch, String>
                 "    - slot: {slot}\n      kms:\n        endpoint: {}\n",
                 super::serve::kms_endpoint()
             )),
+            DiskKeyType::Tpm => yaml.push_str(&format!("    - slot: {slot}\n      tpm: {{}}\n")),
         }
     }
     Patch::parse(&yaml).map_err(|e| format!("the EPHEMERAL encryption patch: {e}"))
@@ -328,7 +331,7 @@ mod tests {
         let generated =
             generate(&bundle, "c", "https://10.5.0.2:6443", &GenerateOptions::new("1.34.1"), SystemTime::now())
                 .unwrap();
-        let types: Vec<DiskKeyType> = ["uuid", "kms"].iter().map(|t| t.parse().unwrap()).collect();
+        let types: Vec<DiskKeyType> = ["uuid", "kms", "tpm"].iter().map(|t| t.parse().unwrap()).collect();
         let patch = ephemeral_encryption_patch(&types).unwrap();
         let text = node_config(&generated.worker, &[patch], &node(Role::Worker, Some("10.5.0.3"))).unwrap();
         let doc = &text[text.find("kind: VolumeConfig").expect("a VolumeConfig document")..];
@@ -338,7 +341,8 @@ mod tests {
         let (uuid, kms) =
             (doc.find("nodeID: {}").expect(doc), doc.find("endpoint: grpc://10.0.2.101:4050").expect(doc));
         assert!(uuid < kms, "slot 0 is the first type given: {doc}");
-        assert!("tpm".parse::<DiskKeyType>().unwrap_err().contains("not available"));
+        let slot2 = doc.find("- slot: 2").expect(doc);
+        assert!(doc[slot2..].trim_start_matches("- slot: 2").trim_start().starts_with("tpm: {}"), "{doc}");
         assert!(ephemeral_encryption_patch(&[]).unwrap_err().contains("no disk encryption key types"));
         assert!("luks".parse::<DiskKeyType>().unwrap_err().contains("unknown key type"));
     }

@@ -87,7 +87,8 @@ pub struct CreateArgs {
     #[arg(long)]
     encrypt_state: bool,
     /// Key types for disk encryption, in slot order: uuid (nodeID), kms (the launcher serves
-    /// the cluster a KMS, at grpc://10.0.2.101:4050 inside each node, whenever kms is listed).
+    /// the cluster a KMS, at grpc://10.0.2.101:4050 inside each node, whenever kms is listed),
+    /// tpm (sealed by the node's TPM: needs --with-tpm).
     #[arg(long, value_delimiter = ',', default_value = "uuid")]
     disk_encryption_key_types: Vec<crate::provision::configure::DiskKeyType>,
     /// Appended to the kernel command line (direct boot only).
@@ -326,6 +327,9 @@ fn configure_options(a: &CreateArgs) -> Result<crate::provision::configure::Conf
     };
     let mut patches = Vec::new();
     if a.encrypt_ephemeral {
+        if a.disk_encryption_key_types.contains(&crate::provision::configure::DiskKeyType::Tpm) && !a.with_tpm {
+            return Err("--disk-encryption-key-types tpm needs --with-tpm: the nodes have no TPM otherwise".into());
+        }
         patches.push(crate::provision::configure::ephemeral_encryption_patch(&a.disk_encryption_key_types)?);
     }
     patches.extend(read(&a.patches.config_patch)?);

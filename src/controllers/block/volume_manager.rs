@@ -793,7 +793,8 @@ fn open_encrypted(
         .map_err(|e| format!("opening {location}: {e}"))?;
     let uuid = std::fs::read_to_string(PRODUCT_UUID).ok().map(|u| u.trim().to_ascii_lowercase());
     let kms = crate::client::kms::GrpcKms;
-    let env = encryption::KeyEnv { volume_id, machine_uuid: uuid.as_deref(), salt, kms: Some(&kms) };
+    let tpm = crate::block::tpm_key::NodeTpm;
+    let env = encryption::KeyEnv { volume_id, machine_uuid: uuid.as_deref(), salt, kms: Some(&kms), tpm: Some(&tpm) };
     let key_len = if spec.key_size == 0 { 64 } else { spec.key_size as usize / 8 };
     let mut timed: Option<luks2::Kdf> = None;
     let mut kdf = || -> Result<luks2::Kdf, String> {
