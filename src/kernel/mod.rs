@@ -12,6 +12,7 @@ pub mod clock;
 pub mod cmdline;
 pub mod console;
 pub mod dm;
+pub mod growfs;
 pub mod input;
 pub mod kmsg;
 pub mod loopdev;

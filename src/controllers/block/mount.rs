@@ -196,7 +196,8 @@ struct Job {
     project_quota: bool,
 }
 
-fn mount_job(job: &Job) -> Result<Made, String> {
+/// Mounts `job`; with what was done beyond the mount (a filesystem grown), to be said.
+fn mount_job(job: &Job) -> Result<(Made, Option<String>), String> {
     match job.kind {
         VolumeType::Directory => {
             make_dir(&job.path, job.mode)?;
@@ -211,12 +212,12 @@ fn mount_job(job: &Job) -> Result<Made, String> {
             if !job.read_only {
                 set_mode(&job.path, job.mode)?;
             }
-            Ok(Made::Directory(bind))
+            Ok((Made::Directory(bind), None))
         }
         VolumeType::Partition | VolumeType::Disk if job.filesystem == FilesystemType::Swap => {
             let device = PathBuf::from(&job.source);
             swap::on(&device, swap::DISCARD_ONCE).map_err(|e| e.to_string())?;
-            Ok(Made::Swap(device))
+            Ok((Made::Swap(device), None))
         }
         VolumeType::Partition | VolumeType::Disk | VolumeType::External => {
             let fstype = job.filesystem.fstype();
@@ -230,9 +231,34 @@ fn mount_job(job: &Job) -> Result<Made, String> {
             if !job.read_only && job.kind != VolumeType::External {
                 set_mode(&job.path, job.mode)?;
             }
-            Ok(Made::Filesystem)
+            Ok((Made::Filesystem, if job.read_only { None } else { grow_filesystem(job) }))
         }
         other => Err(format!("mounting a {other:?} volume is not supported")),
+    }
+}
+
+/// A filesystem just mounted grows into the rest of its device (a partition the volume
+/// manager grew, a disk made larger): xfs and ext4, online, as `xfs_growfs` would. What it
+/// did, or why it could not, for the console; a filesystem that cannot grow stays mounted.
+fn grow_filesystem(job: &Job) -> Option<String> {
+    use std::io::{Seek, SeekFrom};
+    let grow = match job.filesystem {
+        FilesystemType::Xfs => crate::kernel::growfs::xfs,
+        FilesystemType::Ext4 => crate::kernel::growfs::ext4,
+        _ => return None,
+    };
+    let size = match std::fs::File::open(&job.source).and_then(|mut f| f.seek(SeekFrom::End(0))) {
+        Ok(size) => size,
+        Err(e) => return Some(format!("not grown: sizing {}: {e}", job.source)),
+    };
+    match grow(&job.path, size) {
+        Ok(g) if g.after > g.before => Some(format!(
+            "filesystem grown from {} to {}",
+            crate::resources::block::pretty_size(g.before),
+            crate::resources::block::pretty_size(g.after)
+        )),
+        Ok(_) => None,
+        Err(e) => Some(format!("not grown: {e}")),
     }
 }
 
@@ -371,11 +397,14 @@ impl Controller for MountController {
                         project_quota: v.mount_spec.project_quota_support,
                     };
                     match ctx.blocking("mounting a volume", move || mount_job(&job)).await? {
-                        Ok(what) => {
+                        Ok((what, grown)) => {
                             let line = match &what {
                                 Made::Swap(device) => format!("volume {id}: swap enabled on {}", device.display()),
                                 Made::Directory(_) => format!("volume {id}: directory {target} made"),
-                                Made::Filesystem => format!("volume {id}: mounted {} on {target}", v.mount_location),
+                                Made::Filesystem => match &grown {
+                                    None => format!("volume {id}: mounted {} on {target}", v.mount_location),
+                                    Some(g) => format!("volume {id}: mounted {} on {target}; {g}", v.mount_location),
+                                },
                             };
                             crate::kernel::console::line(&line);
                             let a = Active {
