@@ -11,6 +11,7 @@
 //!   EPHEMERAL at least 2 GiB growing over the rest, xfs) on the same kind of disk, until it
 //!   exits. It formats with the same mkfs.xfs (its own options; STATE under 300 MB needs the
 //!   same xfsprogs test-suite variables the node sets).
+//!
 //! Then both layouts are checked (sgdisk -v, blkid labels and types): a run that did not lay
 //! the volumes out fails the bench. Medians of RUNS (default 5) runs of each, interleaved.
 //!

@@ -237,9 +237,13 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     let h = Harness::start(controllers).unwrap().with_timeout(Duration::from_secs(240));
     let h = &h;
 
-    // Without a configuration only META and STATE; STATE is made and mounted.
-    h.assert_eventually::<VolumeStatus, _>(NAMESPACE, "STATE", "STATE ready", ready).await;
-    h.assert_eventually::<MountStatus, _>(NAMESPACE, "STATE", "STATE mounted", |r| r.is_some()).await;
+    // Without a configuration only META and STATE, and STATE is only looked for: it is made
+    // once a configuration says how (it may encrypt it).
+    h.assert_eventually::<VolumeStatus, _>(NAMESPACE, "META", "META ready", ready).await;
+    h.assert_eventually::<VolumeStatus, _>(NAMESPACE, "STATE", "STATE missing", |r| {
+        r.is_some_and(|r| r.spec().phase == VolumePhase::Missing)
+    })
+    .await;
     assert!(h.state().get::<VolumeConfig>(NAMESPACE, "EPHEMERAL").is_err(), "no EPHEMERAL before a configuration");
 
     let ephemeral = doc("VolumeConfig", "name: EPHEMERAL\nprovisioning:\n  minSize: 2GiB\n  grow: false\n");
@@ -459,4 +463,105 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     drop(disk);
     drop(device);
     drop(blank_device);
+}
+
+/// A disk that already holds STATE (a node's second boot), looked at without a configuration:
+/// STATE is found and mounted, and never called missing on the way, whatever order the
+/// kernel's partitions reach discovery in (a missing STATE sends the node to maintenance).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_state_is_found_without_a_configuration_and_never_called_missing() {
+    use talosbox::cosi::Event;
+    require_root();
+    let dir = std::env::temp_dir().join(format!("talosbox-state-found-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("creating the scratch directory");
+    let mut scratch = Scratch { dir, disk: String::new() };
+    let image = scratch.dir.join("disk.img");
+    std::fs::File::create(&image).and_then(|f| f.set_len(GIB)).expect("creating the disk image");
+    {
+        let device = loopdev::attach_for_partitioning(&image, Path::new("/dev")).expect("attaching the disk image");
+        let disk = BlockDevice::open(device.path()).expect("opening the loop device");
+        let linux = Guid::parse(LINUX).unwrap();
+        let mut table = Table::new(Guid::derived(b"state-found disk"), GIB).unwrap();
+        let meta = table.add_partition("META", linux, Guid::derived(b"META"), MIB, MIB, false).unwrap();
+        let state = table.add_partition("STATE", linux, Guid::derived(b"STATE"), 100 * MIB, 100 * MIB, false).unwrap();
+        table.write(disk.file()).expect("writing the GPT");
+        for p in [&meta, &state] {
+            disk.add_partition(p.number, p.offset, p.size).expect("BLKPG_ADD_PARTITION");
+        }
+        let part = format!("{}p{}", device.path().display(), state.number);
+        assert!(wait_for(Path::new(&part)), "{part} did not appear");
+        run(Command::new("mkfs.xfs").args(["-q", "-f", "-L", "STATE"]).arg(&part).envs([
+            ("TEST_DIR", "1"),
+            ("TEST_DEV", "1"),
+            ("QA_CHECK_FS", "1"),
+        ]));
+    }
+    // Attached again, as at a boot: the kernel finds both partitions at once.
+    let mut device = None;
+    for _ in 0..50 {
+        match loopdev::attach_for_partitioning(&image, Path::new("/dev")) {
+            Ok(d) => {
+                device = Some(d);
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let device = device.expect("attaching the disk image again");
+    // This host's kernel may not read a GPT itself (a node's does): the partitions are told
+    // through BLKPG, before any controller runs, as a boot's kernel would have them.
+    {
+        let disk = BlockDevice::open(device.path()).expect("opening the loop device");
+        let table = Table::read(disk.file(), GIB).expect("reading the GPT").expect("a GPT");
+        for p in table.partitions() {
+            let _ = disk.add_partition(p.number, p.offset, p.size);
+        }
+    }
+    let name = format!("loop{}", device.number());
+    scratch.disk = name.clone();
+
+    let reaper = Reaper::new(ReapMode::Own);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(reaper.clone().run(cancel.clone()));
+    let state = talosbox::cosi::State::in_memory();
+    let mut watch = state.watch_kind::<VolumeStatus>(NAMESPACE);
+    let controllers: Vec<Box<dyn Controller>> = vec![
+        Box::new(DevicesController::new().only([name.clone()])),
+        Box::new(DisksController::new()),
+        Box::new(DiscoveryController::new()),
+        Box::new(SystemDiskController),
+        Box::new(VolumeConfigController),
+        Box::new(VolumeManagerController::new(reaper)),
+        Box::new(MountRequestController),
+        Box::new(MountController::under(scratch.root())),
+    ];
+    let h = Harness::start_on(state, controllers).unwrap().with_timeout(Duration::from_secs(120));
+    let mut seen: Vec<(VolumePhase, String)> = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while seen.last().map(|s| s.0) != Some(VolumePhase::Ready) {
+        let Ok(event) = tokio::time::timeout_at(deadline, watch.next()).await else {
+            let found: Vec<(String, String)> = h
+                .state()
+                .list::<talosbox::resources::block::DiscoveredVolume>(NAMESPACE)
+                .iter()
+                .map(|v| (v.spec().dev_path.clone(), v.spec().partition_label.clone()))
+                .collect();
+            let meta = h.state().get::<VolumeStatus>(NAMESPACE, "META").map(|v| v.spec().phase);
+            panic!("STATE not ready in time; it went through {seen:?}; discovered {found:?}; META {meta:?}");
+        };
+        if let Event::Created(r) | Event::Updated { new: r, .. } = event.unwrap()
+            && let Some(v) = Resource::<VolumeStatus>::from_any(&r)
+            && v.metadata().id == "STATE"
+        {
+            let now = (v.spec().phase, v.spec().error_message.clone());
+            if seen.last() != Some(&now) {
+                seen.push(now);
+            }
+        }
+    }
+    assert!(!seen.iter().any(|s| s.0 == VolumePhase::Missing), "STATE went through {seen:?}");
+    h.assert_eventually::<MountStatus, _>(NAMESPACE, "STATE", "STATE mounted", |r| r.is_some()).await;
+    drop(h);
+    cancel.cancel();
 }

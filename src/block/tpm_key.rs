@@ -77,13 +77,37 @@ pub fn unseal_token(dev: &mut tpm::Device, token: &TpmToken) -> Result<Zeroizing
     dev.unseal(&sealed).map_err(|e| e.to_string())
 }
 
+/// How long a tpm key waits for the TPM's driver to make `/dev/tpmrm0` early in a boot.
+const DEVICE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Opens `/dev/tpmrm0`. STATE is opened early in a boot, perhaps before the TPM's driver has
+/// bound: when the device is not there yet, the drivers (CRB, TIS) are loaded and the device
+/// waited for a little, before the TPM is called absent.
+fn open_device() -> Result<tpm::Device, String> {
+    if let Ok(dev) = tpm::Device::open() {
+        return Ok(dev);
+    }
+    if let Ok(loader) = crate::kernel::modules::Loader::shared() {
+        for module in ["tpm_crb", "tpm_tis"] {
+            if let Err(e) = loader.load(module) {
+                tracing::debug!("{module}: {e}");
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + DEVICE_WAIT;
+    while !Path::new(tpm::DEVICE).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    tpm::Device::open().map_err(|e| e.to_string())
+}
+
 impl super::encryption::Tpm for NodeTpm {
     fn seal(&self, secret: &[u8], pcrs: &[u8]) -> Result<TpmToken, String> {
-        seal_token(&mut tpm::Device::open().map_err(|e| e.to_string())?, secret, pcrs)
+        seal_token(&mut open_device()?, secret, pcrs)
     }
 
     fn unseal(&self, token: &TpmToken) -> Result<Zeroizing<Vec<u8>>, String> {
-        unseal_token(&mut tpm::Device::open().map_err(|e| e.to_string())?, token)
+        unseal_token(&mut open_device()?, token)
     }
 
     fn secure_boot(&self) -> Result<bool, String> {

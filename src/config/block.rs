@@ -271,6 +271,87 @@ pub struct Encryption {
     pub allow_discards: bool,
 }
 
+impl Encryption {
+    /// STATE's encryption as Talos keeps it in META (tag 9, `StateEncryptionConfig`): the
+    /// JSON of v1alpha1's `EncryptionConfig`, so an encrypted STATE opens before the
+    /// configuration on it can be read. A static passphrase is in it, as in Talos.
+    pub fn to_meta_json(&self) -> String {
+        use serde_json::{Map, Value, json};
+        let keys: Vec<Value> = self
+            .keys
+            .iter()
+            .map(|k| {
+                let mut key = Map::new();
+                match &k.kind {
+                    KeyKind::Static { passphrase } => {
+                        key.insert("static".into(), json!({ "passphrase": passphrase.expose() }));
+                    }
+                    KeyKind::NodeId => {
+                        key.insert("nodeID".into(), json!({}));
+                    }
+                    KeyKind::Kms { endpoint } => {
+                        key.insert("kms".into(), json!({ "endpoint": endpoint.expose() }));
+                    }
+                    KeyKind::Tpm(tpm) => {
+                        let mut t = Map::new();
+                        if tpm.check_secureboot_status_on_enroll {
+                            t.insert("checkSecurebootStatusOnEnroll".into(), Value::Bool(true));
+                        }
+                        if tpm.pcrs != [SECURE_BOOT_STATE_PCR] {
+                            t.insert("options".into(), json!({ "pcrs": tpm.pcrs }));
+                        }
+                        key.insert("tpm".into(), Value::Object(t));
+                    }
+                }
+                key.insert("slot".into(), json!(k.slot));
+                if k.lock_to_state {
+                    key.insert("lockToState".into(), Value::Bool(true));
+                }
+                Value::Object(key)
+            })
+            .collect();
+        let mut out = Map::new();
+        out.insert("provider".into(), json!("luks2"));
+        out.insert("keys".into(), Value::Array(keys));
+        if let Some(c) = &self.cipher {
+            out.insert("cipher".into(), json!(c));
+        }
+        if let Some(n) = self.key_size {
+            out.insert("keySize".into(), json!(n));
+        }
+        if let Some(n) = self.block_size {
+            out.insert("blockSize".into(), json!(n));
+        }
+        if !self.options.is_empty() {
+            out.insert("options".into(), json!(self.options));
+        }
+        if self.allow_discards {
+            out.insert("allowDiscards".into(), Value::Bool(true));
+        }
+        Value::Object(out).to_string()
+    }
+
+    /// Reads what [`Encryption::to_meta_json`] (or Talos) kept in META, by the same rules as
+    /// a `VolumeConfig` document's `encryption` (JSON is YAML): an unknown field is an error.
+    pub fn from_meta_json(text: &str) -> Result<Encryption, ConfigError> {
+        if text.contains('\n') {
+            return Err(ConfigError::Invalid {
+                doc: "META StateEncryptionConfig".into(),
+                path: String::new(),
+                reason: "not one line of JSON".into(),
+            });
+        }
+        let doc = format!("apiVersion: v1alpha1\nkind: VolumeConfig\nname: STATE\nencryption: {text}\n");
+        let loaded = crate::config::load(&doc)?;
+        let view = loaded.config.block()?;
+        view.volume(SystemVolume::State).and_then(|v| v.encryption.clone()).ok_or_else(|| ConfigError::Invalid {
+            doc: "META StateEncryptionConfig".into(),
+            path: "encryption".into(),
+            reason: "names no encryption".into(),
+        })
+    }
+}
+
 /// One LUKS2 key slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EncryptionKey {
@@ -1089,6 +1170,7 @@ impl Config {
             }
         }
         self.refuse_double_system_disk_encryption(&view)?;
+        self.legacy_system_disk_encryption(&mut view)?;
         for site in view.cel_expressions() {
             let expression = site.expression;
             crate::block::selector::Expression::compile(expression.as_str(), expression.env().selector_env()).map_err(
@@ -1096,6 +1178,32 @@ impl Config {
             )?;
         }
         Ok(view)
+    }
+
+    /// v1alpha1's `machine.systemDiskEncryption.{state,ephemeral}`, as Talos still reads it:
+    /// the volume's encryption, as if its `VolumeConfig` document said it (both at once is
+    /// refused before this).
+    fn legacy_system_disk_encryption(&self, view: &mut BlockView) -> Result<(), ConfigError> {
+        let Some(v1) = self.v1alpha1() else { return Ok(()) };
+        let r = R::of(v1);
+        for (volume, key) in [(SystemVolume::State, "state"), (SystemVolume::Ephemeral, "ephemeral")] {
+            let Some(encryption) = r.encryption(&Path::keys("machine.systemDiskEncryption").key(key))? else {
+                continue;
+            };
+            match view.volumes.iter_mut().find(|v| v.name == volume) {
+                Some(doc) => doc.encryption = Some(encryption),
+                None => view.volumes.push(VolumeDoc {
+                    name: volume,
+                    provisioning: Provisioning::default(),
+                    xfs: None,
+                    encryption: Some(encryption),
+                    mount: MountOptions::default(),
+                    trim: None,
+                    scrub: None,
+                }),
+            }
+        }
+        Ok(())
     }
 
     /// Talos's `V1Alpha1ConflictValidate`: STATE or EPHEMERAL encryption is written in one

@@ -55,8 +55,8 @@ pub struct Environment {
     pub node: secrets::NodeIdentity,
     /// Where apid listens (`:50000` on a node; the node's address in container mode).
     pub api_listen: String,
-    /// The META store's write counter.
-    pub meta_writes: watch::Receiver<u64>,
+    /// The node's one writer of META (its write counter wakes the readers).
+    pub meta: Arc<crate::block::meta::MetaStore>,
 }
 
 /// Every controller, with where it may run.
@@ -121,7 +121,8 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(block::MountRequestController)));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
     all.push((Scope::NodeOnly, Box::new(secrets::EncryptionSaltController::new())));
-    all.push((Scope::NodeOnly, Box::new(MetaLoadController::new(env.meta_writes.clone()))));
+    all.push((Scope::NodeOnly, Box::new(MetaLoadController::new(env.meta.subscribe()))));
+    all.push((Scope::NodeOnly, Box::new(block::StateEncryptionMetaController::new(Arc::clone(&env.meta)))));
     // The node's clock: never a shared host's.
     let clock = Arc::new(crate::kernel::clock::SystemClock);
     all.push((Scope::NodeOnly, Box::new(TimeSyncController::new(NetworkTarget::Node, clock))));
@@ -165,7 +166,7 @@ mod tests {
             config_source: "nowhere".into(),
             node: secrets::NodeIdentity { hostname: "test".into(), addresses: Vec::new() },
             api_listen: "127.0.0.1:50000".into(),
-            meta_writes: watch::channel(0).1,
+            meta: crate::block::meta::MetaStore::new(),
         }
     }
 

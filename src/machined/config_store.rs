@@ -32,6 +32,17 @@ pub struct ConfigStore {
     rollback: Mutex<Option<JoinHandle<()>>>,
 }
 
+/// What [`ConfigStore::adopt_volume`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adopted {
+    /// The volume held a configuration: it is in force.
+    Loaded,
+    /// The volume held none: what was applied is written there.
+    Written,
+    /// Neither held one.
+    Empty,
+}
+
 /// Held for the length of one apply.
 pub struct ApplyGuard {
     _held: OwnedMutexGuard<()>,
@@ -98,6 +109,37 @@ impl ConfigStore {
                     s.persisted = stored.clone();
                 });
                 read.map(|_| ())
+            }
+        }
+    }
+
+    /// The volume came after the store settled without it (STATE made once a configuration
+    /// was applied, or opened late): what it holds is put in force, in place of anything
+    /// applied meanwhile, as it is what the node was; when it holds nothing, what was applied
+    /// meanwhile is written to it.
+    pub async fn adopt_volume(&self) -> Result<Adopted, StoreError> {
+        let _held = self.apply.lock().await;
+        self.cancel_rollback();
+        let stored = match std::fs::read_to_string(&self.path) {
+            Ok(text) => Some(Arc::<str>::from(text)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(source) => return Err(StoreError::Read { path: self.path.clone(), source }),
+        };
+        match stored {
+            Some(text) => {
+                self.tx.send_modify(|s| {
+                    s.persisted = Some(text.clone());
+                    s.active = Some(text);
+                    s.try_until = None;
+                });
+                Ok(Adopted::Loaded)
+            }
+            None => {
+                let applied = self.tx.borrow().persisted.clone();
+                match applied {
+                    Some(text) => self.write(&text).map(|()| Adopted::Written),
+                    None => Ok(Adopted::Empty),
+                }
             }
         }
     }
@@ -264,6 +306,22 @@ mod tests {
         s.settle().await.unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "applied");
         assert_eq!(s.snapshot().active.as_deref(), Some("applied"));
+
+        // The volume comes after the store settled without it: empty, it gets what was
+        // applied meanwhile; holding a configuration, that one is put in force.
+        std::fs::remove_file(&path).unwrap();
+        let s = ConfigStore::pending(path.clone());
+        s.settle().await.unwrap();
+        let g = s.begin_apply().unwrap();
+        s.apply_now(&g, "in memory").unwrap();
+        drop(g);
+        std::fs::remove_file(&path).unwrap(); // the tmpfs file, hidden by the mount
+        assert_eq!(s.adopt_volume().await.unwrap(), Adopted::Written);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "in memory");
+        std::fs::write(&path, "on the volume").unwrap();
+        assert_eq!(s.adopt_volume().await.unwrap(), Adopted::Loaded);
+        let snap = s.snapshot();
+        assert_eq!((snap.persisted.as_deref(), snap.active.as_deref()), (Some("on the volume"), Some("on the volume")));
 
         // Nothing anywhere: settled, no configuration; settling twice changes nothing.
         std::fs::remove_file(&path).unwrap();

@@ -297,7 +297,7 @@ fn environment(
     mode: &Mode,
     supervisor: Arc<Supervisor>,
     config: watch::Receiver<crate::controllers::config::StoredConfig>,
-    meta_writes: watch::Receiver<u64>,
+    meta: Arc<crate::block::meta::MetaStore>,
 ) -> Environment {
     let (set, cmdline) = match mode {
         Mode::Node => (ControllerSet::Node, Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE))),
@@ -314,7 +314,7 @@ fn environment(
         config_source: mode.config_path().display().to_string(),
         node: controllers::secrets::NodeIdentity { hostname: mode.default_hostname(), addresses: mode.addresses() },
         api_listen: mode.api_listen(),
-        meta_writes,
+        meta,
     }
 }
 
@@ -324,8 +324,10 @@ pub fn dependency_graph(mode: &Mode) -> Result<String, MachinedError> {
     let supervisor = Supervisor::new(reaper, PathBuf::from("/proc/self/exe"), SERVICE_STOP_TIMEOUT, |_| {});
     let mut runtime = Runtime::new(State::in_memory(), Arc::new(crate::resources::registry()?));
     let (_tx, config) = watch::channel(Default::default());
-    let (_meta_tx, meta_writes) = watch::channel(0);
-    controllers::register_all(&mut runtime, &environment(mode, supervisor, config, meta_writes))?;
+    controllers::register_all(
+        &mut runtime,
+        &environment(mode, supervisor, config, crate::block::meta::MetaStore::new()),
+    )?;
     Ok(runtime.dependency_graph())
 }
 
@@ -396,7 +398,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let meta = crate::block::meta::MetaStore::new();
     controllers::register_all(
         &mut runtime,
-        &environment(mode, supervisor.clone(), store.subscribe(), meta.subscribe()),
+        &environment(mode, supervisor.clone(), store.subscribe(), Arc::clone(&meta)),
     )?;
     // Subscribed before the runtime starts, so no stage is missed.
     let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);

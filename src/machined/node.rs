@@ -15,6 +15,7 @@ use crate::api::node::{
     ApplyPermit, BlockDeviceWipe, LogSource, Node, NodeMode, PowerAction, ResetRequest, ServiceAction,
     ServiceEventInfo, ServiceInfo, StoreMode,
 };
+use crate::controllers::block::system_disk::META_VOLUME;
 use crate::kernel::power::PowerAction as Power;
 use crate::services::{LogRing, Supervisor, SupervisorError};
 
@@ -128,6 +129,19 @@ impl Node for MachineNode {
             .ok_or_else(|| Status::failed_precondition("a configuration apply is in progress"))?;
         if plan.forget_config {
             self.store.forget(&guard).map_err(|e| Status::internal(e.to_string()))?;
+        }
+        if plan.forget_state_encryption
+            && let Some((_, meta)) = storage.volumes.iter().find(|(id, l)| id == META_VOLUME && !l.is_empty())
+        {
+            let tag = crate::controllers::block::volume_config::STATE_ENCRYPTION_TAG;
+            let removed = self
+                .meta
+                .update(meta.into(), move |m| Ok(m.delete(tag)))
+                .await
+                .map_err(|e| Status::internal(format!("removing STATE's encryption from META: {e}")))?;
+            if removed {
+                crate::kernel::console::line("reset: STATE's encryption is removed from META");
+            }
         }
         for device in &plan.wipe {
             crate::kernel::console::line(&format!("reset: {} is wiped before the node goes down", device.display()));

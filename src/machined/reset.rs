@@ -31,6 +31,9 @@ pub struct ResetPlan {
     /// to keep it on): the store forgets it at once, so a reboot that outruns the wipe still
     /// comes back without it.
     pub forget_config: bool,
+    /// STATE is wiped and META kept: META's record of how STATE was encrypted goes too (as in
+    /// Talos), or the next boot would try to open a STATE that is no longer there.
+    pub forget_state_encryption: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -86,6 +89,9 @@ pub fn plan(req: &ResetRequest, storage: &Storage) -> Result<ResetPlan, ResetErr
                 }
             }
         }
+        let wiped = |id: &str| req.system_partitions.iter().any(|(label, wipe)| label == id && *wipe);
+        plan.forget_state_encryption = wiped(crate::controllers::block::volume_config::STATE)
+            && !wiped(crate::controllers::block::volume_config::META);
     } else if req.mode != WipeMode::UserDisks {
         if let Some(disk) = &storage.system_disk {
             plan.wipe.push(PathBuf::from(disk));
@@ -145,12 +151,19 @@ mod tests {
             let p = plan(&r, &s).unwrap();
             assert_eq!((wipes(&p), p.forget_config), (want, forget), "{r:?}");
         }
+        // META's record of STATE's encryption goes with STATE, unless META goes too (or the
+        // whole disk, META on it).
+        let forget = |parts: &[(&str, bool)]| plan(&req(All, parts, &[]), &s).unwrap().forget_state_encryption;
+        assert!(forget(&[("STATE", true)]));
+        assert!(!forget(&[("STATE", true), ("META", true)]));
+        assert!(!forget(&[("STATE", false), ("EPHEMERAL", true)]));
+        assert!(!forget(&[]));
     }
 
     #[test]
     fn a_node_without_a_system_disk_forgets_its_config_and_wipes_nothing() {
         let p = plan(&req(WipeMode::All, &[], &[]), &Storage::default()).unwrap();
-        assert_eq!(p, ResetPlan { wipe: vec![], forget_config: true });
+        assert_eq!(p, ResetPlan { wipe: vec![], forget_config: true, forget_state_encryption: false });
     }
 
     #[test]

@@ -73,12 +73,20 @@ impl std::str::FromStr for DiskKeyType {
 /// The patch `--encrypt-ephemeral` adds to every node's config: EPHEMERAL in LUKS2, with one
 /// key slot per key type, in the order given (Talos's launcher does the same).
 pub fn ephemeral_encryption_patch(keys: &[DiskKeyType]) -> Result<Patch, String> {
+    system_volume_encryption_patch("EPHEMERAL", keys)
+}
+
+/// The patch `--encrypt-state` adds: STATE likewise.
+pub fn state_encryption_patch(keys: &[DiskKeyType]) -> Result<Patch, String> {
+    system_volume_encryption_patch("STATE", keys)
+}
+
+fn system_volume_encryption_patch(volume: &str, keys: &[DiskKeyType]) -> Result<Patch, String> {
     if keys.is_empty() {
         return Err("no disk encryption key types enabled".into());
     }
-    let mut yaml = String::from(
-        "apiVersion: v1alpha1\nkind: VolumeConfig\nname: EPHEMERAL\nencryption:\n  provider: luks2\n  keys:\n",
-    );
+    let mut yaml =
+        format!("apiVersion: v1alpha1\nkind: VolumeConfig\nname: {volume}\nencryption:\n  provider: luks2\n  keys:\n");
     for (slot, key) in keys.iter().enumerate() {
         match key {
             DiskKeyType::Uuid => yaml.push_str(&format!("    - slot: {slot}\n      nodeID: {{}}\n")),
@@ -89,7 +97,7 @@ pub fn ephemeral_encryption_patch(keys: &[DiskKeyType]) -> Result<Patch, String>
             DiskKeyType::Tpm => yaml.push_str(&format!("    - slot: {slot}\n      tpm: {{}}\n")),
         }
     }
-    Patch::parse(&yaml).map_err(|e| format!("the EPHEMERAL encryption patch: {e}"))
+    Patch::parse(&yaml).map_err(|e| format!("the {volume} encryption patch: {e}"))
 }
 
 /// The files written into the state directory.
@@ -345,6 +353,17 @@ mod tests {
         assert!(doc[slot2..].trim_start_matches("- slot: 2").trim_start().starts_with("tpm: {}"), "{doc}");
         assert!(ephemeral_encryption_patch(&[]).unwrap_err().contains("no disk encryption key types"));
         assert!("luks".parse::<DiskKeyType>().unwrap_err().contains("unknown key type"));
+
+        // --encrypt-state beside it: both documents, and the config reads with both encrypted.
+        let state = state_encryption_patch(&types[..1]).unwrap();
+        let eph = ephemeral_encryption_patch(&types[..1]).unwrap();
+        let text = node_config(&generated.worker, &[state, eph], &node(Role::Worker, Some("10.5.0.3"))).unwrap();
+        let view = crate::config::load(&text).unwrap().config.block().unwrap();
+        for v in [crate::config::block::SystemVolume::State, crate::config::block::SystemVolume::Ephemeral] {
+            let keys = &view.volume(v).and_then(|d| d.encryption.as_ref()).expect("encrypted").keys;
+            assert_eq!(keys.len(), 1, "{v:?}");
+            assert_eq!(keys[0].kind, crate::config::block::KeyKind::NodeId, "{v:?}");
+        }
     }
 
     #[test]

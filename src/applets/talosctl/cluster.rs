@@ -83,7 +83,8 @@ pub struct CreateArgs {
     /// Encrypt every node's EPHEMERAL volume (LUKS2), one key slot per --disk-encryption-key-types.
     #[arg(long)]
     encrypt_ephemeral: bool,
-    /// Encrypt every node's STATE volume (not available on talosbox nodes yet).
+    /// Encrypt every node's STATE volume (LUKS2), one key slot per --disk-encryption-key-types;
+    /// the node keeps how in META, to open STATE at the next boot before its config is read.
     #[arg(long)]
     encrypt_state: bool,
     /// Key types for disk encryption, in slot order: uuid (nodeID), kms (the launcher serves
@@ -160,13 +161,6 @@ impl ClusterCommand {
 fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
     use crate::provision::{CreateOptions, WaitOptions};
     let state = a.state.clone();
-    if a.encrypt_state {
-        eprintln!(
-            "talosctl cluster create: --encrypt-state: STATE encryption is not available on talosbox nodes yet \
-             (EPHEMERAL and user volumes can be encrypted)"
-        );
-        return ExitCode::from(2);
-    }
     let config = if a.skip_config {
         None
     } else {
@@ -326,10 +320,16 @@ fn configure_options(a: &CreateArgs) -> Result<crate::provision::configure::Conf
         patches.iter().map(|p| super::generate::read_patch(p)).collect()
     };
     let mut patches = Vec::new();
+    if (a.encrypt_ephemeral || a.encrypt_state)
+        && a.disk_encryption_key_types.contains(&crate::provision::configure::DiskKeyType::Tpm)
+        && !a.with_tpm
+    {
+        return Err("--disk-encryption-key-types tpm needs --with-tpm: the nodes have no TPM otherwise".into());
+    }
+    if a.encrypt_state {
+        patches.push(crate::provision::configure::state_encryption_patch(&a.disk_encryption_key_types)?);
+    }
     if a.encrypt_ephemeral {
-        if a.disk_encryption_key_types.contains(&crate::provision::configure::DiskKeyType::Tpm) && !a.with_tpm {
-            return Err("--disk-encryption-key-types tpm needs --with-tpm: the nodes have no TPM otherwise".into());
-        }
         patches.push(crate::provision::configure::ephemeral_encryption_patch(&a.disk_encryption_key_types)?);
     }
     patches.extend(read(&a.patches.config_patch)?);

@@ -5,6 +5,7 @@
 pub mod devices;
 pub mod discovery;
 pub mod disks;
+pub mod state_meta;
 pub mod system_disk;
 pub mod volume_config;
 pub mod volume_manager;
@@ -12,6 +13,7 @@ pub mod volumes;
 
 pub use devices::DevicesController;
 pub use disks::DisksController;
+pub use state_meta::StateEncryptionMetaController;
 pub use system_disk::SystemDiskController;
 pub use volume_config::VolumeConfigController;
 pub mod mount;

@@ -4,8 +4,10 @@
 //! be mounted a `VolumeMountRequest` of the same id.
 //!
 //! Always: META (located only: the installer or the imager made it; 1 MiB, no filesystem) and
-//! STATE (100 MiB, xfs, at `/system/state`, 0700, nosuid nodev noexec; provisioned before any
-//! configuration, since the configuration is kept on it). Once a configuration is in force:
+//! STATE (100 MiB, xfs, at `/system/state`, 0700, nosuid nodev noexec). Without a
+//! configuration STATE is only located, opened with the encryption META keeps for it (tag 9)
+//! if any: the configuration is on it. A node whose disk has no STATE yet makes it once a
+//! configuration is in force, encrypted if that configuration says so. Once a configuration is in force:
 //! EPHEMERAL (at least 2 GiB, grown into the rest of the system disk unless its
 //! `VolumeConfig` document says otherwise, xfs, at `/var`), the `/var/mnt` directory under it,
 //! and one volume per volume document, in the user wave (0) so EPHEMERAL is provisioned
@@ -15,9 +17,8 @@
 //! user, existing and external volume is mounted at `/var/mnt/<name>`: under the `/var/mnt`
 //! mount, which is under EPHEMERAL's, so it waits for both.
 //!
-//! Encryption written in a document is carried into the `VolumeConfig` as Talos carries it;
-//! the node does not encrypt yet, and the volume manager refuses such a volume rather than
-//! make it in the clear. A configuration whose volume documents do not read (one stored
+//! Encryption written in a document (or in v1alpha1's `machine.systemDiskEncryption`) is
+//! carried into the `VolumeConfig` as Talos carries it. A configuration whose volume documents do not read (one stored
 //! before a rule existed) changes nothing: the volumes already wanted stay. Pure: it writes
 //! resources and touches nothing.
 
@@ -35,6 +36,10 @@ use crate::resources::block::{
     VolumeType, WAVE_SYSTEM_DISK, WAVE_USER_VOLUMES,
 };
 use crate::resources::config::{self as cfg, MachineConfig};
+use crate::resources::runtime::{self as rt, MetaKey};
+
+/// The META tag that keeps STATE's encryption (Talos's `StateEncryptionConfig`).
+pub const STATE_ENCRYPTION_TAG: u8 = crate::block::meta::tag::STATE_ENCRYPTION_CONFIG;
 
 pub const STATE: &str = "STATE";
 pub const EPHEMERAL: &str = "EPHEMERAL";
@@ -200,8 +205,10 @@ fn filesystem(kind: ConfigFilesystem) -> FilesystemType {
 }
 
 /// The volumes wanted: the system ones, and with a configuration in force (`view`) the ones
-/// its documents ask for.
-pub fn volume_resources(view: Option<&BlockView>) -> Vec<VolumeResource> {
+/// its documents ask for. `state_meta`: STATE's encryption as META keeps it, for the boots
+/// that must open STATE before the configuration on it is read (the configuration's, when one
+/// is in force and says, comes first, as in Talos).
+pub fn volume_resources(view: Option<&BlockView>, state_meta: Option<&Encryption>) -> Vec<VolumeResource> {
     let system = |id: &str, config: VolumeConfig, mount: Option<VolumeMountRequest>| VolumeResource {
         id: id.to_string(),
         label: SYSTEM_VOLUME_LABEL,
@@ -228,19 +235,25 @@ pub fn volume_resources(view: Option<&BlockView>) -> Vec<VolumeResource> {
             STATE,
             VolumeConfig {
                 kind: VolumeType::Partition,
-                provisioning: ProvisioningSpec {
-                    wave: WAVE_SYSTEM_DISK,
-                    disk_selector: DiskSelector { expression: "system_disk".into(), ..DiskSelector::default() },
-                    partition_spec: PartitionSpec {
-                        min_size: STATE_SIZE,
-                        max_size: STATE_SIZE,
-                        label: STATE.into(),
-                        type_uuid: LINUX_DATA.into(),
-                        ..PartitionSpec::default()
-                    },
-                    filesystem_spec: FilesystemSpec { kind: FilesystemType::Xfs, label: STATE.into() },
+                // Made only once a configuration says how (it may encrypt STATE); until then
+                // only found, as Talos does.
+                provisioning: if view.is_some() {
+                    ProvisioningSpec {
+                        wave: WAVE_SYSTEM_DISK,
+                        disk_selector: DiskSelector { expression: "system_disk".into(), ..DiskSelector::default() },
+                        partition_spec: PartitionSpec {
+                            min_size: STATE_SIZE,
+                            max_size: STATE_SIZE,
+                            label: STATE.into(),
+                            type_uuid: LINUX_DATA.into(),
+                            ..PartitionSpec::default()
+                        },
+                        filesystem_spec: FilesystemSpec { kind: FilesystemType::Xfs, label: STATE.into() },
+                    }
+                } else {
+                    ProvisioningSpec::default()
                 },
-                encryption: encryption_spec(state_doc.and_then(|d| d.encryption.as_ref())),
+                encryption: encryption_spec(state_doc.and_then(|d| d.encryption.as_ref()).or(state_meta)),
                 locator: label_match(STATE),
                 mount: MountSpec {
                     target_path: "/system/state".into(),
@@ -404,7 +417,10 @@ impl Controller for VolumeConfigController {
     }
 
     fn inputs(&self) -> Vec<Input> {
-        vec![Input::weak::<MachineConfig>(cfg::NAMESPACE).with_id(MachineConfig::ACTIVE_ID)]
+        vec![
+            Input::weak::<MachineConfig>(cfg::NAMESPACE).with_id(MachineConfig::ACTIVE_ID),
+            Input::weak::<MetaKey>(rt::NAMESPACE).with_id(MetaKey::id(STATE_ENCRYPTION_TAG)),
+        ]
     }
 
     fn outputs(&self) -> Vec<Output> {
@@ -432,10 +448,25 @@ impl Controller for VolumeConfigController {
                 }
             },
         };
+        let meta_key = MetaKey::id(STATE_ENCRYPTION_TAG);
+        let state_meta = match ctx.get::<MetaKey>(rt::NAMESPACE, &meta_key)? {
+            None => None,
+            Some(k) => match Encryption::from_meta_json(&k.spec().value) {
+                Ok(e) => Some(e),
+                Err(e) => {
+                    // STATE is then opened by what the configuration says, if it can be read.
+                    ctx.fail_key(
+                        Pointer::of::<MetaKey>(rt::NAMESPACE, &meta_key),
+                        format!("STATE's encryption in META does not read: {e}"),
+                    );
+                    None
+                }
+            },
+        };
         ctx.start_tracking_outputs();
         let system = BTreeMap::from([(SYSTEM_VOLUME_LABEL.to_string(), String::new())]);
         ctx.apply_labeled(NAMESPACE, USER_VOLUME_MOUNT_ID, user_volume_mount_request(), system)?;
-        for r in volume_resources(view.as_ref()) {
+        for r in volume_resources(view.as_ref(), state_meta.as_ref()) {
             let labels = BTreeMap::from([(r.label.to_string(), String::new())]);
             ctx.apply_labeled(NAMESPACE, &r.id, r.config, labels.clone())?;
             if let Some(m) = r.mount {
@@ -466,7 +497,7 @@ mod tests {
 
     #[test]
     fn without_a_configuration_only_meta_and_state() {
-        let all = volume_resources(None);
+        let all = volume_resources(None, None);
         let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
         assert_eq!(ids, ["META", "STATE"]);
         let meta = find(&all, META);
@@ -474,11 +505,70 @@ mod tests {
         assert_eq!(meta.mount, None);
         let state = find(&all, STATE);
         assert_eq!(state.config.locator.expression, "volume.partition_label == 'STATE'");
-        assert_eq!(state.config.provisioning.wave, WAVE_SYSTEM_DISK);
+        assert!(!state.config.provisioning.is_requested(), "STATE is only located until a configuration says how");
+        assert_eq!(state.config.encryption, EncryptionSpec::default());
         assert_eq!((state.config.mount.target_path.as_str(), state.config.mount.file_mode), ("/system/state", 0o700));
         let m = state.mount.as_ref().unwrap();
         assert_eq!((m.volume_id.as_str(), m.secure, m.no_exec), ("STATE", true, true));
         assert_eq!(user_volume_mount_request().volume_id, "/var/mnt");
+
+        // With a configuration STATE is made (100 MiB, xfs, on the system disk, first wave).
+        let all = volume_resources(Some(&BlockView::default()), None);
+        let p = &find(&all, STATE).config.provisioning;
+        assert_eq!(p.wave, WAVE_SYSTEM_DISK);
+        assert_eq!(p.disk_selector.expression, "system_disk");
+        assert_eq!(
+            (p.partition_spec.min_size, p.partition_spec.max_size, p.partition_spec.grow),
+            (STATE_SIZE, STATE_SIZE, false)
+        );
+        assert_eq!(p.filesystem_spec.kind, FilesystemType::Xfs);
+    }
+
+    /// STATE's encryption: the configuration's when it says (a `VolumeConfig` document or
+    /// v1alpha1's `machine.systemDiskEncryption.state`), else what META keeps; the JSON kept
+    /// in META reads back as what was written.
+    #[test]
+    fn state_encryption_comes_from_the_configuration_or_from_meta() {
+        let legacy = "version: v1alpha1\nmachine:\n  type: worker\n  systemDiskEncryption:\n    state:\n      provider: luks2\n      keys:\n        - slot: 0\n          tpm: {}\n        - slot: 1\n          static:\n            passphrase: \"re\\\"covery\"\n";
+        let from_config = crate::config::load(legacy).unwrap().config.block().unwrap();
+        let enc = from_config.volume(SystemVolume::State).and_then(|v| v.encryption.clone()).unwrap();
+        let json = enc.to_meta_json();
+        assert_eq!(
+            json,
+            r#"{"keys":[{"slot":0,"tpm":{}},{"slot":1,"static":{"passphrase":"re\"covery"}}],"provider":"luks2"}"#
+        );
+        let back = Encryption::from_meta_json(&json).unwrap();
+        assert_eq!(back, enc);
+
+        // No configuration: META's, and STATE is only located.
+        let all = volume_resources(None, Some(&back));
+        let state = &find(&all, STATE).config;
+        assert!(!state.provisioning.is_requested());
+        let kinds: Vec<(u32, K)> = state.encryption.keys.iter().map(|k| (k.slot, k.kind)).collect();
+        assert_eq!(kinds, [(0, K::Tpm), (1, K::Static)]);
+        assert_eq!(state.encryption.keys[1].static_passphrase, "re\"covery");
+
+        // The configuration's comes first; one that does not say leaves META's.
+        let other =
+            view(&[("VolumeConfig", "name: STATE\nencryption:\n  provider: luks2\n  keys:\n    - nodeID: {}\n")]);
+        let all = volume_resources(Some(&other), Some(&back));
+        assert_eq!(find(&all, STATE).config.encryption.keys.iter().map(|k| k.kind).collect::<Vec<_>>(), [K::NodeId]);
+        let all = volume_resources(Some(&BlockView::default()), Some(&back));
+        assert_eq!(find(&all, STATE).config.encryption.keys.len(), 2);
+        // Legacy EPHEMERAL encryption is EPHEMERAL's.
+        let eph = "version: v1alpha1\nmachine:\n  type: worker\n  systemDiskEncryption:\n    ephemeral:\n      provider: luks2\n      keys:\n        - slot: 0\n          nodeID: {}\n";
+        let v = crate::config::load(eph).unwrap().config.block().unwrap();
+        let all = volume_resources(Some(&v), None);
+        assert_eq!(
+            find(&all, EPHEMERAL).config.encryption.keys.iter().map(|k| k.kind).collect::<Vec<_>>(),
+            [K::NodeId]
+        );
+
+        // META that does not read is refused with what is wrong.
+        let e = Encryption::from_meta_json(r#"{"provider":"luks2","keys":[{"slot":0,"nodeID":{}}],"bogus":1}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        assert!(Encryption::from_meta_json("{\"provider\":\n\"luks2\"}").is_err());
     }
 
     /// The ids, labels, waves, partition labels and types, locators, mount paths and parents
@@ -501,7 +591,7 @@ mod tests {
             ("ExternalVolumeConfig", "name: share\nfilesystemType: virtiofs\nmount:\n  virtiofs:\n    tag: host\n"),
             ("SwapVolumeConfig", &format!("name: swap\n{sel}  maxSize: -1GiB\n  grow: true\n")),
         ]);
-        let all = volume_resources(Some(&v));
+        let all = volume_resources(Some(&v), None);
         type Row = (
             &'static str,
             &'static str,
@@ -687,7 +777,7 @@ mod tests {
                 "name: STATE\nencryption:\n  provider: luks2\n  keys:\n    - kms:\n        endpoint: https://kms:4443\n",
             ),
         ]);
-        let all = volume_resources(Some(&v));
+        let all = volume_resources(Some(&v), None);
         let eph = find(&all, EPHEMERAL);
         let p = &eph.config.provisioning;
         assert_eq!(p.disk_selector.expression, "disk.size > 100u * GiB");
@@ -715,7 +805,7 @@ mod tests {
         assert_eq!((state.keys[0].kind, state.keys[0].kms_endpoint.as_str()), (K::Kms, "https://kms:4443"));
 
         // Without the document: Talos's defaults.
-        let plain = volume_resources(Some(&BlockView::default()));
+        let plain = volume_resources(Some(&BlockView::default()), None);
         let p = &find(&plain, EPHEMERAL).config.provisioning;
         assert_eq!(p.disk_selector.expression, "system_disk");
         assert_eq!(

@@ -48,6 +48,10 @@ pub struct VolumeManagerController {
     /// Device nodes are under this directory; `/dev` on a node.
     dev: PathBuf,
     failed_at: HashMap<String, Instant>,
+    /// The config each failed volume failed with.
+    failed_config: HashMap<String, VolumeConfig>,
+    /// When a volume was first looked for with nothing discovered.
+    started: Option<Instant>,
     refresh: u64,
     compiled: HashMap<(String, bool), Result<Expression, String>>,
 }
@@ -60,6 +64,8 @@ impl VolumeManagerController {
             root: "/".to_string(),
             dev: PathBuf::from("/dev"),
             failed_at: HashMap::new(),
+            failed_config: HashMap::new(),
+            started: None,
             refresh: 0,
             compiled: HashMap::new(),
         }
@@ -159,6 +165,12 @@ impl Controller for VolumeManagerController {
             if config.provisioning.filesystem_spec.kind != FilesystemType::None {
                 status.filesystem = config.provisioning.filesystem_spec.kind;
             }
+            // A failed volume whose config changed (a key added, STATE's encryption read from
+            // META) is tried again now, not at the next tick.
+            if self.failed_config.get(id).is_some_and(|c| c != config) {
+                self.failed_at.remove(id);
+                self.failed_config.remove(id);
+            }
             for _ in 0..MAX_STEPS {
                 let parent_ready = config.parent_id.is_empty()
                     || statuses.get(&config.parent_id).is_some_and(|s| s.phase == VolumePhase::Ready);
@@ -198,6 +210,7 @@ impl Controller for VolumeManagerController {
                     }
                     Step::Retry(from) => {
                         self.failed_at.remove(id);
+                        self.failed_config.remove(id);
                         Ok(VolumeStatus { phase: from, ..status.clone() })
                     }
                     Step::LocateAndProvision => {
@@ -214,12 +227,7 @@ impl Controller for VolumeManagerController {
                     }
                     Step::Grow => self.grow(ctx, config, &status).await,
                     Step::Prepare => match config.encryption.provider {
-                        EncryptionProvider::None => Ok(VolumeStatus {
-                            mount_location: status.location.clone(),
-                            encryption_provider: EncryptionProvider::None,
-                            encryption_failed_syncs: Vec::new(),
-                            ..volumes::advance(&status, VolumePhase::Prepared)
-                        }),
+                        EncryptionProvider::None => self.prepare_plain(ctx, id, &status).await,
                         EncryptionProvider::Luks2 => self.prepare_encrypted(ctx, id, config, &status).await,
                     },
                     Step::Format => self.format(ctx, id, config, &status).await,
@@ -248,6 +256,7 @@ impl Controller for VolumeManagerController {
                         crate::kernel::console::line(&format!("volume {id}: {phase}: {}; retrying in 30s", e.message));
                         status = volumes::fail(&status, phase, e.message);
                         self.failed_at.insert(id.clone(), Instant::now());
+                        self.failed_config.insert(id.clone(), config.clone());
                         retry_in = Some(retry_in.map_or(volumes::RETRY_AFTER, |r| r.min(volumes::RETRY_AFTER)));
                         break;
                     }
@@ -262,6 +271,7 @@ impl Controller for VolumeManagerController {
         for config in &leaving {
             let id = &config.metadata().id;
             self.failed_at.remove(id);
+            self.failed_config.remove(id);
             if ctx.remove::<VolumeStatus>(NAMESPACE, id)? {
                 ctx.release(config)?;
             }
@@ -355,6 +365,22 @@ impl VolumeManagerController {
         }
         match volumes::not_found(config, earlier_waves) {
             NotFound::Provision => {}
+            // Missing is said only once discovery has had its look: a partition the kernel has
+            // that discovery has not shown yet may be the one, and right after start there may
+            // be no device discovered at all yet.
+            NotFound::Missing if !undiscovered(world).is_empty() => {
+                return Err(StepError {
+                    message: format!("waiting for discovery of {}", undiscovered(world).join(", ")),
+                    again: true,
+                });
+            }
+            NotFound::Missing
+                if world.disks.is_empty()
+                    && world.discovered.is_empty()
+                    && self.started.get_or_insert_with(Instant::now).elapsed() < NOTHING_DISCOVERED_GRACE =>
+            {
+                return Err(StepError { message: "no device is discovered yet".into(), again: true });
+            }
             NotFound::Missing => {
                 return Ok(VolumeStatus {
                     error_message: "no volume matches the locator, and the volume is not provisioned by the node"
@@ -503,6 +529,35 @@ impl VolumeManagerController {
             self.refresh += 1;
         }
         Ok(next)
+    }
+
+    /// A volume its config does not encrypt: used as it is, unless it holds LUKS (the config
+    /// says nothing of how to open it). STATE waits a moment instead of failing: how it is
+    /// encrypted comes from META, read just after META is found.
+    async fn prepare_plain(
+        &mut self,
+        ctx: &Context,
+        id: &str,
+        status: &VolumeStatus,
+    ) -> Result<VolumeStatus, StepError> {
+        let at = PathBuf::from(&status.location);
+        if at.exists() {
+            let probe_at = at.clone();
+            let found = ctx
+                .blocking("probing a volume", move || probe_name(&probe_at))
+                .await?
+                .map_err(|e| StepError::failed(format!("probing {}: {e}", at.display())))?;
+            if found.name == "luks" {
+                let message = "volume is encrypted, but no encryption config provided".to_string();
+                return Err(StepError { again: id == super::volume_config::STATE, message });
+            }
+        }
+        Ok(VolumeStatus {
+            mount_location: status.location.clone(),
+            encryption_provider: EncryptionProvider::None,
+            encryption_failed_syncs: Vec::new(),
+            ..volumes::advance(status, VolumePhase::Prepared)
+        })
     }
 
     /// Talos's `HandleEncryption` for LUKS2: a blank volume is encrypted, a LUKS2 one opened
@@ -667,6 +722,43 @@ fn table_of(dev: &KernelDisk) -> Result<gpt::Table, String> {
     };
     table.relocate_backup(size).map_err(|e| e.to_string())?;
     Ok(table)
+}
+
+/// How long after the first look with no device discovered a volume is still not called
+/// missing (the devices' controller may not have listed them yet).
+const NOTHING_DISCOVERED_GRACE: Duration = Duration::from_secs(5);
+
+/// The partitions the kernel has, of the disks known or discovered or that a discovered
+/// partition is on (discovery may show a device before its disk's resource is there), that
+/// discovery has not shown yet.
+fn undiscovered(world: &World) -> Vec<String> {
+    let mut disks: Vec<&str> = world.disks.iter().map(|(_, d)| d.dev_path.as_str()).collect();
+    disks.extend(
+        world
+            .discovered
+            .iter()
+            .map(|v| if v.parent_dev_path.is_empty() { v.dev_path.as_str() } else { v.parent_dev_path.as_str() }),
+    );
+    disks.sort_unstable();
+    disks.dedup();
+    disks
+        .into_iter()
+        .flat_map(kernel_partitions)
+        .filter(|p| !world.discovered.iter().any(|v| &v.dev_path == p))
+        .collect()
+}
+
+/// The partitions the kernel has of the disk at `dev_path` (`/dev/vdb` → `/dev/vdb1`, ...),
+/// from sysfs.
+fn kernel_partitions(dev_path: &str) -> Vec<String> {
+    let disk = Path::new(dev_path);
+    let (Some(name), Some(dir)) = (disk.file_name(), disk.parent()) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(Path::new("/sys/class/block").join(name)) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| e.path().join("partition").is_file())
+        .map(|e| dir.join(e.file_name()).display().to_string())
+        .collect()
 }
 
 /// What a disk has free for a new partition, or why it cannot get one.
