@@ -49,6 +49,14 @@ struct Scratch {
 }
 
 impl Scratch {
+    /// A fresh directory `talosbox-<name>-<pid>` under the temporary directory.
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("talosbox-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("creating the scratch directory");
+        Scratch { dir, disk: String::new() }
+    }
+
     fn root(&self) -> PathBuf {
         self.dir.join("root")
     }
@@ -177,10 +185,7 @@ fn ready(r: Option<&Resource<VolumeStatus>>) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     require_root();
-    let dir = std::env::temp_dir().join(format!("talosbox-volumes-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("creating the scratch directory");
-    let mut scratch = Scratch { dir, disk: String::new() };
+    let mut scratch = Scratch::new("volumes");
     let image = scratch.dir.join("disk.img");
     std::fs::File::create(&image).and_then(|f| f.set_len(3 * GIB)).expect("creating the disk image");
 
@@ -472,10 +477,7 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
 async fn an_existing_state_is_found_without_a_configuration_and_never_called_missing() {
     use talosbox::cosi::Event;
     require_root();
-    let dir = std::env::temp_dir().join(format!("talosbox-state-found-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("creating the scratch directory");
-    let mut scratch = Scratch { dir, disk: String::new() };
+    let mut scratch = Scratch::new("state-found");
     let image = scratch.dir.join("disk.img");
     std::fs::File::create(&image).and_then(|f| f.set_len(GIB)).expect("creating the disk image");
     {

@@ -163,42 +163,45 @@ pub fn tpm_pcrs(key: &EncryptionKey, uki_measured: bool) -> Vec<u8> {
     pcrs
 }
 
+/// `len` random bytes: the secret a KMS or the TPM seals for a new slot.
+fn random_secret(len: usize) -> Result<Zeroizing<Vec<u8>>, String> {
+    let mut plain = Zeroizing::new(vec![0u8; len]);
+    getrandom::fill(&mut plain).map_err(|e| format!("making a passphrase: {e}"))?;
+    Ok(plain)
+}
+
+/// A sealed slot's passphrase (the base64 of its secret, salted if the key says) and its
+/// token, bound to its keyslot as cryptsetup's token commands expect.
+fn sealed_slot(
+    key: &EncryptionKey,
+    env: &KeyEnv<'_>,
+    plain: &[u8],
+    mut token: Token,
+) -> Result<(Passphrase, Option<Token>), String> {
+    token.keyslots = vec![key.slot];
+    let pass = salted(key, env, Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(plain).into_bytes()))?;
+    Ok((pass, Some(token)))
+}
+
 /// A passphrase for a new slot of `key`, with the token to keep beside it (Talos's `NewKey`).
 pub fn new_key(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<(Passphrase, Option<Token>), String> {
     match key.kind {
         EncryptionKeyType::Kms => {
             let (kms, uuid) = kms_env(key, env)?;
-            let mut plain = Zeroizing::new(vec![0u8; KMS_PASSPHRASE_LEN]);
-            getrandom::fill(&mut plain).map_err(|e| format!("making a passphrase: {e}"))?;
+            let plain = random_secret(KMS_PASSPHRASE_LEN)?;
             let sealed = kms.seal(&key.kms_endpoint, uuid, &plain)?;
-            let mut token =
-                Token::talos(TOKEN_TYPE_KMS, &KmsToken { sealed_data: sealed }).map_err(|e| e.to_string())?;
-            // Bound to its keyslot, as cryptsetup's token commands expect.
-            token.keyslots = vec![key.slot];
-            let pass = salted(
-                key,
-                env,
-                Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()),
-            )?;
-            Ok((pass, Some(token)))
+            let token = Token::talos(TOKEN_TYPE_KMS, &KmsToken { sealed_data: sealed }).map_err(|e| e.to_string())?;
+            sealed_slot(key, env, &plain, token)
         }
         EncryptionKeyType::Tpm => {
             let tpm = env.tpm.ok_or(NO_TPM_CLIENT)?;
             if key.tpm_check_secureboot_status_on_enroll && !tpm.secure_boot()? {
                 return Err("checkSecurebootStatusOnEnroll: Secure Boot is not enabled".into());
             }
-            let mut plain = Zeroizing::new(vec![0u8; TPM_PASSPHRASE_LEN]);
-            getrandom::fill(&mut plain).map_err(|e| format!("making a passphrase: {e}"))?;
+            let plain = random_secret(TPM_PASSPHRASE_LEN)?;
             let sealed = tpm.seal(&plain, &tpm_pcrs(key, tpm.uki_measured()))?;
-            let mut token = Token::talos(TOKEN_TYPE_TPM, &sealed).map_err(|e| e.to_string())?;
-            // Bound to its keyslot, as cryptsetup's token commands expect.
-            token.keyslots = vec![key.slot];
-            let pass = salted(
-                key,
-                env,
-                Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(&*plain).into_bytes()),
-            )?;
-            Ok((pass, Some(token)))
+            let token = Token::talos(TOKEN_TYPE_TPM, &sealed).map_err(|e| e.to_string())?;
+            sealed_slot(key, env, &plain, token)
         }
         _ => Ok((passphrase(key, env)?, None)),
     }
