@@ -74,9 +74,12 @@ let
     }:
     runCommand "${pname}-${version}" { } ''
       export HOME=/root CARGO_HOME=''${CARGO_HOME:-/root/.cargo}
-      export CARGO_TARGET_DIR=/var/cache/talosbox/target-nix
+      # The host's target directory when tests/nix-flake links it here (its dependencies are
+      # built already), and one fixed source directory, so only the crate itself is compiled.
+      export CARGO_TARGET_DIR=/var/cache/talosbox/nix-target
       export PATH="$CARGO_HOME/bin:$PATH"
-      cp -r ${src} "$TMPDIR/src" && chmod -R u+w "$TMPDIR/src" && cd "$TMPDIR/src"
+      rm -rf /var/cache/talosbox/nix-src && cp -r ${src} /var/cache/talosbox/nix-src
+      chmod -R u+w /var/cache/talosbox/nix-src && cd /var/cache/talosbox/nix-src
       ${
         if doCheck then
           ''
