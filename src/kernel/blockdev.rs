@@ -21,6 +21,8 @@ const BLKPG_ADD_PARTITION: i32 = 1;
 const BLKPG_DEL_PARTITION: i32 = 2;
 const BLKPG_RESIZE_PARTITION: i32 = 3;
 const BLKPG_NAME_SIZE: usize = 64;
+/// How many more times a partition found busy is asked to go, 50 ms apart.
+const DELETE_BUSY_TRIES: u32 = 20;
 
 /// `struct blkpg_partition` from linux/blkpg.h: byte offsets and the partition number.
 #[repr(C)]
@@ -134,8 +136,20 @@ impl BlockDevice {
     }
 
     /// Removes partition `number` from the kernel's view (ENXIO: there was none; EBUSY: in use).
+    /// EBUSY is tried again for up to a second: a prober that opened the partition for a moment
+    /// (a discovery pass, `blkid`) holds it that long, a mount or an open mapping for good.
+    /// Blocks the thread meanwhile.
     pub fn delete_partition(&self, number: u32) -> Result<(), BlockDevError> {
-        self.blkpg("deleting", BLKPG_DEL_PARTITION, number, 0, 0)
+        let mut tries = 0;
+        loop {
+            match self.blkpg("deleting", BLKPG_DEL_PARTITION, number, 0, 0) {
+                Err(e) if e.errno() == Some(rustix::io::Errno::BUSY.raw_os_error()) && tries < DELETE_BUSY_TRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Has the kernel re-read the whole table (BLKRRPART): fails with EBUSY while any partition
