@@ -638,6 +638,30 @@ pub struct BlockView {
     pub existing_volumes: Vec<ExistingVolumeDoc>,
     pub external_volumes: Vec<ExternalVolumeDoc>,
     pub swap_volumes: Vec<SwapVolumeDoc>,
+    /// v1alpha1's `machine.disks`, the user disks before volume documents.
+    pub user_disks: Vec<UserDisk>,
+}
+
+/// One entry of v1alpha1's `machine.disks`: partitions made on `device` in the order listed,
+/// each formatted xfs and mounted at its mount point.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDisk {
+    pub device: String,
+    pub partitions: Vec<UserDiskPartition>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserDiskPartition {
+    /// Bytes; 0 (`size` left out) for the rest of the disk, allowed only for the last one.
+    pub size: u64,
+    pub mountpoint: String,
+}
+
+impl UserDisk {
+    /// Talos's volume id for partition `index` (1-based): `<device>-<index>`.
+    pub fn volume_id(&self, index: usize) -> String {
+        format!("{}-{index}", self.device)
+    }
 }
 
 impl BlockView {
@@ -1171,6 +1195,28 @@ impl Config {
         }
         self.refuse_double_system_disk_encryption(&view)?;
         self.legacy_system_disk_encryption(&mut view)?;
+        view.user_disks = self.legacy_user_disks()?;
+        let volume_mounts: Vec<(String, &str)> = (view.user_volumes.iter().map(|v| (&v.name, "UserVolumeConfig")))
+            .chain(view.existing_volumes.iter().map(|v| (&v.name, "ExistingVolumeConfig")))
+            .chain(view.external_volumes.iter().map(|v| (&v.name, "ExternalVolumeConfig")))
+            .map(|(name, kind)| (format!("{USER_VOLUME_MOUNT_POINT}/{name}"), kind))
+            .collect();
+        for (i, disk) in view.user_disks.iter().enumerate() {
+            for (j, part) in disk.partitions.iter().enumerate() {
+                if let Some((_, kind)) = volume_mounts.iter().find(|(path, _)| *path == part.mountpoint)
+                    && let Some(v1) = self.v1alpha1()
+                {
+                    return Err(R::of(v1).invalid(
+                        &Path::keys("machine.disks").index(i).key("partitions").index(j).key("mountpoint"),
+                        format!(
+                            "{} is where {kind} {} is mounted",
+                            part.mountpoint,
+                            &part.mountpoint[USER_VOLUME_MOUNT_POINT.len() + 1..]
+                        ),
+                    ));
+                }
+            }
+        }
         for site in view.cel_expressions() {
             let expression = site.expression;
             crate::block::selector::Expression::compile(expression.as_str(), expression.env().selector_env()).map_err(
@@ -1178,6 +1224,82 @@ impl Config {
             )?;
         }
         Ok(view)
+    }
+
+    /// v1alpha1's `machine.disks`, as Talos checks it: a device, and a size on every partition
+    /// but the last; beyond Talos, a mount point on each (one without would be formatted and
+    /// never mounted), under `/var` (the rest of the tree is read-only) and none twice.
+    fn legacy_user_disks(&self) -> Result<Vec<UserDisk>, ConfigError> {
+        let Some(v1) = self.v1alpha1() else { return Ok(Vec::new()) };
+        let r = R::of(v1);
+        let disks = Path::keys("machine.disks");
+        let mut out: Vec<UserDisk> = Vec::new();
+        let mut mountpoints: HashMap<String, Path> = HashMap::new();
+        for (i, _) in r.list(&disks).iter().enumerate() {
+            let at = disks.index(i);
+            let Some(device) = r.str(&at.key("device")) else {
+                return Err(r.invalid(&at.key("device"), "a user disk needs its device"));
+            };
+            if !device.starts_with("/dev/") {
+                return Err(r.invalid(&at.key("device"), format!("{device:?} is not a device path under /dev")));
+            }
+            if let Some(j) = out.iter().position(|d| d.device == device) {
+                return Err(r.invalid(&at.key("device"), format!("{device} is listed already, at machine.disks[{j}]")));
+            }
+            let listed = r.list(&at.key("partitions"));
+            let mut partitions = Vec::new();
+            for (j, _) in listed.iter().enumerate() {
+                let part = at.key("partitions").index(j);
+                let size = match r.at(&part.key("size")) {
+                    None => 0,
+                    Some(v) => match (v.as_i64(), v.as_str()) {
+                        (Some(n), _) => {
+                            u64::try_from(n).map_err(|_| r.invalid(&part.key("size"), format!("{n} is negative")))?
+                        }
+                        (None, Some(text)) => {
+                            let b = ByteSize::try_from(text).map_err(|e| r.invalid(&part.key("size"), e))?;
+                            if b.negative {
+                                return Err(r.invalid(&part.key("size"), "a partition's size cannot be negative"));
+                            }
+                            b.bytes
+                        }
+                        _ => {
+                            return Err(
+                                r.invalid(&part.key("size"), "a size is a number of bytes or a string like 10GiB")
+                            );
+                        }
+                    },
+                };
+                if size == 0 && j + 1 != listed.len() {
+                    return Err(r.invalid(
+                        &part.key("size"),
+                        format!("partition for disk {device:?} is set to occupy full disk, but it's not the last partition in the list"),
+                    ));
+                }
+                let Some(mountpoint) = r.str(&part.key("mountpoint")) else {
+                    return Err(r.invalid(&part.key("mountpoint"), "a user disk partition needs its mount point"));
+                };
+                if !mountpoint.starts_with('/') || mountpoint.split('/').any(|c| c == ".." || c == ".") {
+                    return Err(r.invalid(&part.key("mountpoint"), format!("{mountpoint:?} is not an absolute path")));
+                }
+                let mountpoint = mountpoint.trim_end_matches('/').to_string();
+                if !mountpoint.starts_with("/var/") {
+                    return Err(r.invalid(
+                        &part.key("mountpoint"),
+                        format!("{mountpoint:?} is not under /var: the root filesystem is read-only, user disks mount under /var"),
+                    ));
+                }
+                if let Some(first) = mountpoints.insert(mountpoint.clone(), part.key("mountpoint")) {
+                    return Err(r.invalid(
+                        &part.key("mountpoint"),
+                        format!("{mountpoint} is the mount point of {first} already"),
+                    ));
+                }
+                partitions.push(UserDiskPartition { size, mountpoint });
+            }
+            out.push(UserDisk { device: device.to_string(), partitions });
+        }
+        Ok(out)
     }
 
     /// v1alpha1's `machine.systemDiskEncryption.{state,ephemeral}`, as Talos still reads it:
@@ -1269,6 +1391,94 @@ mod tests {
 
     fn doc(kind: &str, body: &str) -> String {
         format!("apiVersion: v1alpha1\nkind: {kind}\n{body}")
+    }
+
+    const V1: &str = "version: v1alpha1\nmachine:\n  type: worker\n";
+
+    #[test]
+    fn machine_disks_read_as_talos_reads_them() {
+        let text = format!(
+            "{V1}  disks:\n    - device: /dev/vdc\n      partitions:\n        - size: 200MiB\n          mountpoint: /var/mnt/a/\n        - size: 104857600\n          mountpoint: /var/lib/b\n        - mountpoint: /var/srv/c\n    - device: /dev/disk/by-id/virtio-x\n      partitions:\n        - mountpoint: /var/mnt/d\n"
+        );
+        let v = view(&text).unwrap();
+        let parts = |d: &UserDisk| d.partitions.iter().map(|p| (p.size, p.mountpoint.clone())).collect::<Vec<_>>();
+        assert_eq!(v.user_disks.len(), 2);
+        assert_eq!(v.user_disks[0].device, "/dev/vdc");
+        assert_eq!(
+            parts(&v.user_disks[0]),
+            [(200 << 20, "/var/mnt/a".to_string()), (100 << 20, "/var/lib/b".into()), (0, "/var/srv/c".into())]
+        );
+        assert_eq!(v.user_disks[0].volume_id(3), "/dev/vdc-3");
+        assert_eq!(parts(&v.user_disks[1]), [(0, "/var/mnt/d".to_string())]);
+        assert!(view(V1).unwrap().user_disks.is_empty());
+    }
+
+    #[test]
+    fn bad_machine_disks_are_refused_naming_the_field() {
+        let disk = |body: &str| format!("{V1}  disks:\n{body}");
+        let cases = [
+            ("    - partitions:\n        - mountpoint: /var/mnt/a\n", "machine.disks[0].device", "needs its device"),
+            ("    - device: vdc\n", "machine.disks[0].device", "not a device path"),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - mountpoint: /var/mnt/a\n        - size: 1GiB\n          mountpoint: /var/mnt/b\n",
+                "machine.disks[0].partitions[0].size",
+                "occupy full disk, but it's not the last partition",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - size: 1GiB\n",
+                "machine.disks[0].partitions[0].mountpoint",
+                "needs its mount point",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - size: 1 parsec\n          mountpoint: /var/x\n",
+                "machine.disks[0].partitions[0].size",
+                "not a size",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - size: -1GiB\n          mountpoint: /var/x\n",
+                "machine.disks[0].partitions[0].size",
+                "negative",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - mountpoint: var/x\n",
+                "machine.disks[0].partitions[0].mountpoint",
+                "not an absolute path",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - mountpoint: /var/../etc\n",
+                "machine.disks[0].partitions[0].mountpoint",
+                "not an absolute path",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - mountpoint: /srv/x\n",
+                "machine.disks[0].partitions[0].mountpoint",
+                "not under /var",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - mountpoint: /var\n",
+                "machine.disks[0].partitions[0].mountpoint",
+                "not under /var",
+            ),
+            (
+                "    - device: /dev/vdc\n      partitions:\n        - size: 1GiB\n          mountpoint: /var/x\n    - device: /dev/vdd\n      partitions:\n        - mountpoint: /var/x/\n",
+                "machine.disks[1].partitions[0].mountpoint",
+                "mount point of machine.disks[0].partitions[0].mountpoint already",
+            ),
+            ("    - device: /dev/vdc\n    - device: /dev/vdc\n", "machine.disks[1].device", "listed already"),
+        ];
+        for (body, path, reason) in cases {
+            let err = view(&disk(body)).unwrap_err().to_string();
+            assert!(err.contains(path) && err.contains(reason), "{body}: {err}");
+        }
+        let clash = format!(
+            "{V1}  disks:\n    - device: /dev/vdc\n      partitions:\n        - mountpoint: /var/mnt/data\n---\n{}",
+            doc("UserVolumeConfig", "name: data\nprovisioning:\n  diskSelector:\n    match: 'true'\n  minSize: 1GiB\n")
+        );
+        let err = view(&clash).unwrap_err().to_string();
+        assert!(
+            err.contains("machine.disks[0].partitions[0].mountpoint") && err.contains("UserVolumeConfig data"),
+            "{err}"
+        );
     }
 
     #[test]

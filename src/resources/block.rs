@@ -52,6 +52,8 @@ pub const RAW_VOLUME_LABEL: &str = "talos.dev/raw-volume";
 pub const EXISTING_VOLUME_LABEL: &str = "talos.dev/existing-volume";
 pub const EXTERNAL_VOLUME_LABEL: &str = "talos.dev/external-volume";
 pub const SWAP_VOLUME_LABEL: &str = "talos.dev/swap-volume";
+/// The label of the volumes v1alpha1's `machine.disks` asks for.
+pub const USER_DISK_LABEL: &str = "talos.dev/user-disk";
 
 /// A block device the kernel has, disk or partition: Talos's `BlockDevice`, id the kernel
 /// name (`vda`, `vda3`). `generation` moves on every change event, so a prober knows to look
@@ -221,6 +223,23 @@ pub struct DiscoveryRefreshStatus {
 }
 
 pub const REFRESH_ID: &str = "refresh";
+
+/// Whether the volumes of v1alpha1's `machine.disks` are published: `ready` once a
+/// configuration is in force (Talos's meaning). `tornDown` is Talos's field for a reset that
+/// took them down; nothing sets it here yet. One, id [`USER_DISK_CONFIG_STATUS_ID`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct UserDiskConfigStatus {
+    pub ready: bool,
+    pub torn_down: bool,
+}
+
+pub const USER_DISK_CONFIG_STATUS_ID: &str = "user-disks";
+
+definition!(UserDiskConfigStatus, "UserDiskConfigStatuses.block.talos.dev", [
+    "Ready" => "{.ready}",
+    "Torn Down" => "{.tornDown}",
+]);
 
 definition!(DiscoveryRefreshRequest, "DiscoveryRefreshRequests.block.talos.dev", ["Request" => "{.request}"]);
 definition!(DiscoveryRefreshStatus, "DiscoveryRefreshStatuses.block.talos.dev", ["Request" => "{.request}"]);
@@ -688,6 +707,7 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<VolumeMountRequest>()?;
     registry.register::<MountRequest>()?;
     registry.register::<MountStatus>()?;
+    registry.register::<UserDiskConfigStatus>()?;
     Ok(())
 }
 

@@ -167,8 +167,14 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
         .map_err(|e| format!("setting mode {mode:o} on {}: {e}", path.display()))
 }
 
-/// Makes a directory (one level: its parent is a mount already there), or takes the one there.
+/// Makes a directory, and the directories between it and its parent mount (a `machine.disks`
+/// mount point may be several levels below `/var`), or takes the one there.
 fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
+    if let Some(parent) = path.parent()
+        && !parent.exists()
+    {
+        std::fs::create_dir_all(parent).map_err(|e| format!("creating {}: {e}", parent.display()))?;
+    }
     match std::fs::create_dir(path) {
         Ok(()) => set_mode(path, mode),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {

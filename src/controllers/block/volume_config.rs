@@ -26,14 +26,15 @@ use std::collections::BTreeMap;
 
 use crate::config::block::{
     BlockView, Encryption, EncryptionProvider as ConfigProvider, FilesystemType as ConfigFilesystem, KeyKind,
-    MountOptions, Provisioning, Size, SystemVolume, USER_VOLUME_MOUNT_POINT, UserVolumeType,
+    MountOptions, Provisioning, Size, SystemVolume, USER_VOLUME_MOUNT_POINT, UserDisk, UserVolumeType,
 };
 use crate::cosi::{Context, Controller, Input, Output, Pointer, ReconcileError};
 use crate::resources::block::{
-    DiskSelector, EXISTING_VOLUME_LABEL, EXTERNAL_VOLUME_LABEL, EncryptionKey, EncryptionKeyType, EncryptionProvider,
-    EncryptionSpec, FilesystemSpec, FilesystemType, LocatorSpec, MountSpec, NAMESPACE, PartitionSpec, ProvisioningSpec,
-    RAW_VOLUME_LABEL, SWAP_VOLUME_LABEL, SYSTEM_VOLUME_LABEL, USER_VOLUME_LABEL, VolumeConfig, VolumeMountRequest,
-    VolumeType, WAVE_SYSTEM_DISK, WAVE_USER_VOLUMES,
+    Disk, DiskSelector, EXISTING_VOLUME_LABEL, EXTERNAL_VOLUME_LABEL, EncryptionKey, EncryptionKeyType,
+    EncryptionProvider, EncryptionSpec, FilesystemSpec, FilesystemType, LocatorSpec, MountSpec, NAMESPACE,
+    PartitionSpec, ProvisioningSpec, RAW_VOLUME_LABEL, SWAP_VOLUME_LABEL, SYSTEM_VOLUME_LABEL,
+    USER_DISK_CONFIG_STATUS_ID, USER_DISK_LABEL, USER_VOLUME_LABEL, UserDiskConfigStatus, VolumeConfig,
+    VolumeMountRequest, VolumeType, WAVE_LEGACY_USER_DISKS, WAVE_SYSTEM_DISK, WAVE_USER_VOLUMES,
 };
 use crate::resources::config::{self as cfg, MachineConfig};
 use crate::resources::runtime::{self as rt, MetaKey};
@@ -401,6 +402,66 @@ pub fn volume_resources(view: Option<&BlockView>, state_meta: Option<&Encryption
     out
 }
 
+/// The volumes of v1alpha1's `machine.disks` (Talos's `UserDiskConfigController`): per
+/// partition, id `<device>-<n>`, in the legacy wave (after every volume document's), on the
+/// disk at `device` (`resolve` maps a `/dev/disk/by-*` name to the disk's path), sized as
+/// written (the last one without a size takes the rest), xfs, found again by the partition's
+/// index on that disk (no label, as Talos leaves it) and mounted at its mount point, as a path
+/// under `/var/mnt`'s or EPHEMERAL's mount, so it is mounted after them and never hidden.
+pub fn user_disk_resources(disks: &[UserDisk], resolve: impl Fn(&str) -> String) -> Vec<VolumeResource> {
+    let mut out = Vec::new();
+    for disk in disks {
+        let dev = resolve(&disk.device);
+        for (i, part) in disk.partitions.iter().enumerate() {
+            let id = disk.volume_id(i + 1);
+            let grow = part.size == 0;
+            let config = VolumeConfig {
+                kind: VolumeType::Partition,
+                provisioning: ProvisioningSpec {
+                    wave: WAVE_LEGACY_USER_DISKS,
+                    disk_selector: DiskSelector {
+                        expression: format!("disk.dev_path == '{dev}'"),
+                        ..DiskSelector::default()
+                    },
+                    partition_spec: PartitionSpec {
+                        min_size: if grow { MIN_USER_VOLUME_SIZE } else { part.size },
+                        max_size: part.size,
+                        grow,
+                        type_uuid: LINUX_DATA.into(),
+                        ..PartitionSpec::default()
+                    },
+                    filesystem_spec: FilesystemSpec { kind: FilesystemType::Xfs, ..FilesystemSpec::default() },
+                },
+                locator: LocatorSpec {
+                    expression: format!("volume.parent_dev_path == '{dev}' && volume.partition_index == {}u", i + 1),
+                    ..LocatorSpec::default()
+                },
+                mount: legacy_mount(&part.mountpoint),
+                ..VolumeConfig::default()
+            };
+            out.push(VolumeResource { id: id.clone(), label: USER_DISK_LABEL, config, mount: Some(request(&id)) });
+        }
+    }
+    out
+}
+
+/// Where a `machine.disks` partition is mounted (the config keeps them under `/var`): below
+/// `/var/mnt` as a path under that volume's mount, else as a path under EPHEMERAL's.
+fn legacy_mount(mountpoint: &str) -> MountSpec {
+    let under =
+        |parent: &str| mountpoint.strip_prefix(parent).and_then(|p| p.strip_prefix('/')).filter(|p| !p.is_empty());
+    let (target_path, parent_id) = match under(USER_VOLUME_MOUNT_POINT) {
+        Some(rest) => (rest, USER_VOLUME_MOUNT_ID),
+        None => (under("/var").unwrap_or(mountpoint), EPHEMERAL),
+    };
+    MountSpec {
+        target_path: target_path.to_string(),
+        parent_id: parent_id.to_string(),
+        file_mode: 0o755,
+        ..MountSpec::default()
+    }
+}
+
 /// The request to mount `/var/mnt`, which Talos keeps whether or not a configuration is in
 /// force, so the parent of every user mount is never taken down between configurations.
 pub fn user_volume_mount_request() -> VolumeMountRequest {
@@ -420,11 +481,17 @@ impl Controller for VolumeConfigController {
         vec![
             Input::weak::<MachineConfig>(cfg::NAMESPACE).with_id(MachineConfig::ACTIVE_ID),
             Input::weak::<MetaKey>(rt::NAMESPACE).with_id(MetaKey::id(STATE_ENCRYPTION_TAG)),
+            // For `machine.disks` devices named by a /dev/disk/by-* link.
+            Input::weak::<Disk>(NAMESPACE),
         ]
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<VolumeConfig>(), Output::exclusive::<VolumeMountRequest>()]
+        vec![
+            Output::exclusive::<VolumeConfig>(),
+            Output::exclusive::<VolumeMountRequest>(),
+            Output::exclusive::<UserDiskConfigStatus>(),
+        ]
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
@@ -466,7 +533,18 @@ impl Controller for VolumeConfigController {
         ctx.start_tracking_outputs();
         let system = BTreeMap::from([(SYSTEM_VOLUME_LABEL.to_string(), String::new())]);
         ctx.apply_labeled(NAMESPACE, USER_VOLUME_MOUNT_ID, user_volume_mount_request(), system)?;
-        for r in volume_resources(view.as_ref(), state_meta.as_ref()) {
+        let disks: Vec<Disk> = ctx.list::<Disk>(NAMESPACE)?.into_iter().map(|d| d.spec().clone()).collect();
+        let resolve = |device: &str| {
+            disks
+                .iter()
+                .find(|d| d.symlinks.iter().any(|l| l == device))
+                .map_or_else(|| device.to_string(), |d| d.dev_path.clone())
+        };
+        let user_disks = view.as_ref().map(|v| user_disk_resources(&v.user_disks, resolve)).unwrap_or_default();
+        if view.is_some() {
+            ctx.apply(NAMESPACE, USER_DISK_CONFIG_STATUS_ID, UserDiskConfigStatus { ready: true, torn_down: false })?;
+        }
+        for r in volume_resources(view.as_ref(), state_meta.as_ref()).into_iter().chain(user_disks) {
             let labels = BTreeMap::from([(r.label.to_string(), String::new())]);
             ctx.apply_labeled(NAMESPACE, &r.id, r.config, labels.clone())?;
             if let Some(m) = r.mount {
@@ -493,6 +571,49 @@ mod tests {
         all.iter()
             .find(|r| r.id == id)
             .unwrap_or_else(|| panic!("no {id} in {:?}", all.iter().map(|r| &r.id).collect::<Vec<_>>()))
+    }
+
+    #[test]
+    fn machine_disks_become_legacy_wave_partitions_found_by_index() {
+        let text = "version: v1alpha1\nmachine:\n  type: worker\n  disks:\n    - device: /dev/disk/by-id/virtio-extra\n      partitions:\n        - size: 200MiB\n          mountpoint: /var/mnt/a\n        - size: 1GiB\n          mountpoint: /var/lib/b\n        - mountpoint: /var/srv/c\n";
+        let v = crate::config::load(text).unwrap().config.block().unwrap();
+        let resolve =
+            |d: &str| if d == "/dev/disk/by-id/virtio-extra" { "/dev/vdc".to_string() } else { d.to_string() };
+        let all = user_disk_resources(&v.user_disks, resolve);
+        let ids: Vec<&str> = all.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            ["/dev/disk/by-id/virtio-extra-1", "/dev/disk/by-id/virtio-extra-2", "/dev/disk/by-id/virtio-extra-3"]
+        );
+        // (min, max, grow, mount target, mount parent) per partition.
+        let want = [
+            (200 * MIB, 200 * MIB, false, "a", USER_VOLUME_MOUNT_ID),
+            (GIB, GIB, false, "lib/b", EPHEMERAL),
+            (MIN_USER_VOLUME_SIZE, 0, true, "srv/c", EPHEMERAL),
+        ];
+        for (i, (r, (min, max, grow, target, parent))) in all.iter().zip(want).enumerate() {
+            let c = &r.config;
+            let p = &c.provisioning;
+            assert_eq!(r.label, USER_DISK_LABEL);
+            assert_eq!((c.kind, p.wave), (VolumeType::Partition, WAVE_LEGACY_USER_DISKS));
+            assert_eq!(p.disk_selector.expression, "disk.dev_path == '/dev/vdc'");
+            assert_eq!(
+                c.locator.expression,
+                format!("volume.parent_dev_path == '/dev/vdc' && volume.partition_index == {}u", i + 1)
+            );
+            assert_eq!((p.partition_spec.min_size, p.partition_spec.max_size, p.partition_spec.grow), (min, max, grow));
+            assert_eq!((p.partition_spec.label.as_str(), p.partition_spec.type_uuid.as_str()), ("", LINUX_DATA));
+            assert_eq!(p.filesystem_spec.kind, FilesystemType::Xfs);
+            assert_eq!((c.mount.target_path.as_str(), c.mount.parent_id.as_str()), (target, parent));
+            assert_eq!(r.mount.as_ref().map(|m| m.volume_id.as_str()), Some(r.id.as_str()));
+            for (kind, expression) in [
+                (crate::config::block::CelEnv::DiskLocator, &p.disk_selector.expression),
+                (crate::config::block::CelEnv::VolumeLocator, &c.locator.expression),
+            ] {
+                crate::block::selector::Expression::compile(expression, kind.selector_env())
+                    .unwrap_or_else(|e| panic!("{expression}: {e}"));
+            }
+        }
     }
 
     #[test]

@@ -771,11 +771,12 @@ fn disk_free_space(disk: &Path) -> Result<FreeSpace, String> {
 }
 
 /// Adds the partition, writes the table, and tells the kernel. A partition of the same label
-/// already on the disk is never made twice: the volume waits for discovery to see it.
+/// already on the disk is never made twice: the volume waits for discovery to see it. (An
+/// unlabelled one, a `machine.disks` partition, is found again by its index instead.)
 fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: u64) -> Result<gpt::Placed, String> {
     let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
     let mut table = table_of(&dev)?;
-    if let Some(existing) = table.partitions().into_iter().find(|p| p.partition.name == label) {
+    if let Some(existing) = table.partitions().into_iter().find(|p| !label.is_empty() && p.partition.name == label) {
         return Err(format!(
             "partition {} is labelled {label} already; waiting for discovery to see it",
             existing.number

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::resources::block::{
     DiscoveredVolume, Disk, DiskMatch, FilesystemType, PartitionSpec, VolumeConfig, VolumePhase, VolumeStatus,
-    VolumeType,
+    VolumeType, WAVE_LEGACY_USER_DISKS,
 };
 
 /// How long a failed volume waits before its step is tried again (Talos's ticker).
@@ -114,9 +114,15 @@ pub fn not_found(config: &VolumeConfig, earlier_waves: Result<(), i64>) -> NotFo
 /// The order volumes are taken in (Talos's `CompareVolumeConfigs`): those the node only
 /// locates first (they hold nothing back), then by wave; within a wave fixed-size volumes
 /// before those that grow (STATE before EPHEMERAL, or EPHEMERAL would take the room STATE
-/// needs), smaller maximum sizes first (no maximum last); then by id.
+/// needs), smaller maximum sizes first (no maximum last); then by id. The partitions of a
+/// `machine.disks` entry (the legacy wave, ids `<device>-<n>`) are found again by their index
+/// on the disk, so they are made in the order listed, whatever their sizes.
 pub fn order_key<'a>(id: &'a str, config: &VolumeConfig) -> (bool, i64, bool, u64, &'a str) {
     let p = &config.provisioning;
+    if p.wave == WAVE_LEGACY_USER_DISKS {
+        let index = id.rsplit_once('-').and_then(|(_, n)| n.parse().ok()).unwrap_or(u64::MAX);
+        return (p.is_requested(), p.wave, false, index, id);
+    }
     let max = if p.partition_spec.max_size == 0 { u64::MAX } else { p.partition_spec.max_size };
     (p.is_requested(), p.wave, p.partition_spec.grow, max, id)
 }
@@ -457,6 +463,20 @@ mod tests {
         vols.sort_by(|a, b| order_key(a.0, &a.1).cmp(&order_key(b.0, &b.1)));
         let ids: Vec<_> = vols.iter().map(|v| v.0).collect();
         assert_eq!(ids, ["META", "e-old", "STATE", "EPHEMERAL", "r-raw", "s-swap", "u-data", "u-small", "u-big"]);
+    }
+
+    #[test]
+    fn user_disk_partitions_are_made_in_the_order_listed() {
+        // Found again by index: a smaller second partition must not be made first.
+        let mut vols = [
+            ("/dev/vdc-10", vc(WAVE_LEGACY_USER_DISKS, true, 0)),
+            ("/dev/vdc-2", vc(WAVE_LEGACY_USER_DISKS, false, 100 * MIB)),
+            ("/dev/vdc-1", vc(WAVE_LEGACY_USER_DISKS, false, GIB)),
+            ("u-data", vc(0, true, 0)),
+        ];
+        vols.sort_by(|a, b| order_key(a.0, &a.1).cmp(&order_key(b.0, &b.1)));
+        let ids: Vec<_> = vols.iter().map(|v| v.0).collect();
+        assert_eq!(ids, ["u-data", "/dev/vdc-1", "/dev/vdc-2", "/dev/vdc-10"]);
     }
 
     #[test]
