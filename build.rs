@@ -6,9 +6,14 @@ use std::process::Command;
 
 pub fn record_git_commit() {
     println!("cargo:rerun-if-env-changed=TALOSBOX_GIT_COMMIT");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    println!("cargo:rerun-if-changed=.git/refs/heads");
-    let commit = std::env::var("TALOSBOX_GIT_COMMIT").ok().filter(|c| !c.is_empty()).unwrap_or_else(|| {
+    let given = std::env::var("TALOSBOX_GIT_COMMIT").ok().filter(|c| !c.is_empty());
+    // Given, the commit is all this step depends on: a tree without `.git` (Nix's copy of the
+    // source) then finds a build of the same files fresh instead of running this again.
+    if given.is_none() {
+        println!("cargo:rerun-if-changed=.git/HEAD");
+        println!("cargo:rerun-if-changed=.git/refs/heads");
+    }
+    let commit = given.unwrap_or_else(|| {
         Command::new("git")
             .args(["rev-parse", "--short=12", "HEAD"])
             .output()

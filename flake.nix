@@ -15,6 +15,8 @@
         # musl, linked statically: the binary is the node's whole userland.
         rustPlatform = pkgs.pkgsStatic.rustPlatform;
         src = self;
+        # Its first 12 digits, as tests/run gives it; a tree with uncommitted changes has no rev.
+        commit = builtins.substring 0 12 (self.rev or "dirty");
       };
       images = import ./nix/images.nix {
         inherit pkgs talosbox;

@@ -5,12 +5,15 @@
   lib,
   rustPlatform,
   src,
+  # The commit the binary reports (`talosctl version`); Nix's copy of the source has no `.git`.
+  commit ? "unknown",
   checkOnly ? false,
 }:
 rustPlatform.buildRustPackage {
   pname = if checkOnly then "talosbox-unit-tests" else "talosbox";
   version = (builtins.fromTOML (builtins.readFile (src + "/Cargo.toml"))).package.version;
   inherit src;
+  TALOSBOX_GIT_COMMIT = commit;
   cargoLock.lockFile = src + "/Cargo.lock";
   doCheck = checkOnly;
   cargoTestFlags = [ "--lib" ];

@@ -71,15 +71,64 @@ let
       doCheck ? true,
       cargoTestFlags ? [ ],
       ...
-    }:
-    runCommand "${pname}-${version}" { } ''
+    }@attrs:
+    # Every other string attribute is the build's environment, as in nixpkgs.
+    let
+      rest = removeAttrs attrs [
+        "pname"
+        "version"
+        "src"
+      ];
+      env = builtins.listToAttrs (
+        builtins.concatMap (
+          n:
+          if builtins.isString rest.${n} then
+            [
+              {
+                name = n;
+                value = rest.${n};
+              }
+            ]
+          else
+            [ ]
+        ) (builtins.attrNames rest)
+      );
+    in
+    runCommand "${pname}-${version}" env ''
       export HOME=/root CARGO_HOME=''${CARGO_HOME:-/root/.cargo}
-      # The host's target directory when tests/nix-flake links it here (its dependencies are
-      # built already), and one fixed source directory, so only the crate itself is compiled.
+      # The host's target directory when tests/nix-flake links it here (what tests/run built
+      # is in it), and one fixed source directory brought level with the flake's source: a
+      # file whose content differs is written anew (a new mtime, so cargo rebuilds from it),
+      # one that is the same keeps its mtime, a file the source lacks goes. Cargo's artifacts
+      # are keyed by paths relative to the workspace, so a build tests/run made from the same
+      # files is fresh here, as a binary cache would make it under real Nix.
       export CARGO_TARGET_DIR=/var/cache/talosbox/nix-target
       export PATH="$CARGO_HOME/bin:$PATH"
-      rm -rf /var/cache/talosbox/nix-src && cp -r ${src} /var/cache/talosbox/nix-src
-      chmod -R u+w /var/cache/talosbox/nix-src && cd /var/cache/talosbox/nix-src
+      python3 - ${src} /var/cache/talosbox/nix-src <<'TALOSBOX_SYNC_EOF'
+      import filecmp, os, shutil, sys
+      src, dst = sys.argv[1], sys.argv[2]
+      os.makedirs(dst, exist_ok=True)
+      want = set()
+      for root, dirs, files in os.walk(src):
+          rel = os.path.relpath(root, src)
+          os.makedirs(os.path.join(dst, rel), exist_ok=True)
+          for f in files:
+              s, d = os.path.join(root, f), os.path.normpath(os.path.join(dst, rel, f))
+              want.add(d)
+              if os.path.islink(d) or not os.path.isfile(d) or not filecmp.cmp(s, d, shallow=False):
+                  if os.path.lexists(d):
+                      os.remove(d)
+                  shutil.copyfile(s, d)
+                  os.chmod(d, 0o755 if os.access(s, os.X_OK) else 0o644)
+      for root, dirs, files in os.walk(dst, topdown=False):
+          for f in files:
+              p = os.path.join(root, f)
+              if p not in want:
+                  os.remove(p)
+          if root != dst and not os.listdir(root):
+              os.rmdir(root)
+      TALOSBOX_SYNC_EOF
+      cd /var/cache/talosbox/nix-src
       ${
         if doCheck then
           ''
