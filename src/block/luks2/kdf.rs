@@ -203,7 +203,40 @@ fn argon2(
         reason: e.to_string(),
     };
     let params = Params::new(memory_kib, time, parallel, Some(out.len())).map_err(err)?;
+    fits_in_memory(memory_kib, mem_available_kib()).map_err(|reason| Luks2Error::Kdf {
+        what: format!("{algorithm:?} time {time}, memory {memory_kib} KiB, {parallel} lanes"),
+        reason,
+    })?;
     Argon2::new(algorithm, Version::V0x13, params).hash_password_into(passphrase, salt, out).map_err(err)
+}
+
+/// What the machine keeps free beside an Argon2 derivation.
+const MEMORY_HEADROOM_KIB: u64 = 32 << 10;
+
+/// The memory the kernel says is available (`MemAvailable`), in KiB; `None` when unknown.
+fn mem_available_kib() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// Whether an Argon2 derivation of `memory_kib` fits in what is available. A keyslot made
+/// elsewhere (cryptsetup scales its cost up to 1 GiB to the machine that formats) may ask more
+/// than a small node has: the allocation would succeed and the kernel kill the process that
+/// touches it, on a node machined itself. Refused instead, with the figures.
+fn fits_in_memory(memory_kib: u32, available_kib: Option<u64>) -> std::result::Result<(), String> {
+    match available_kib {
+        Some(free) if u64::from(memory_kib) + MEMORY_HEADROOM_KIB > free => Err(format!(
+            "it needs {} MiB of memory and {} MiB are available here (keeping {} MiB free): \
+             open it on a machine with more memory, or add a keyslot with a lower memory cost",
+            memory_kib >> 10,
+            free >> 10,
+            MEMORY_HEADROOM_KIB >> 10
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The iterations of PBKDF2-`hash` that take about `target` here.
@@ -272,6 +305,16 @@ fn calibrate_argon2(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argon2_memory_beyond_what_is_free_is_refused_with_the_figures() {
+        assert!(fits_in_memory(64 << 10, Some(1 << 20)).is_ok());
+        assert!(fits_in_memory(64 << 10, None).is_ok(), "unknown: tried");
+        let e = fits_in_memory(1 << 20, Some(600 << 10)).unwrap_err();
+        assert!(e.starts_with("it needs 1024 MiB of memory and 600 MiB are available here"), "{e}");
+        // The headroom counts.
+        assert!(fits_in_memory(100 << 10, Some(120 << 10)).is_err());
+    }
 
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()
