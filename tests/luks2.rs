@@ -610,7 +610,7 @@ mod volume_keys {
     }
 
     fn env() -> KeyEnv<'static> {
-        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None, kms: None, tpm: None }
+        KeyEnv { volume_id: "u-secret", machine_uuid: Some(UUID), salt: None, kms: None, tpm: None, given: None }
     }
 
     #[test]
@@ -721,7 +721,14 @@ mod kms_keys {
     }
 
     fn env<'a>(kms: &'a GrpcKms) -> KeyEnv<'a> {
-        KeyEnv { volume_id: "u-vault", machine_uuid: Some(UUID), salt: Some(SALT), kms: Some(kms), tpm: None }
+        KeyEnv {
+            volume_id: "u-vault",
+            machine_uuid: Some(UUID),
+            salt: Some(SALT),
+            kms: Some(kms),
+            tpm: None,
+            given: None,
+        }
     }
 
     fn sealed_in_slot(s: &Scratch, slot: u32) -> Vec<u8> {
@@ -968,7 +975,8 @@ mod tpm_keys {
     #[test]
     fn a_tpm_slot_reopens_and_falls_back_to_the_recovery_slot_when_a_pcr_moves() {
         let swtpm = SwTpm::start("tpm-volume");
-        let env = KeyEnv { volume_id: "u-sealed", machine_uuid: None, salt: None, kms: None, tpm: Some(&swtpm) };
+        let env =
+            KeyEnv { volume_id: "u-sealed", machine_uuid: None, salt: None, kms: None, tpm: Some(&swtpm), given: None };
         let s = Scratch::new("tpm-vol");
         let spec = EncryptionSpec { keys: vec![tpm_key(), recovery()], ..EncryptionSpec::default() };
         let made = encryption::format(&mut s.open(), &spec, &env, &mut || Ok(PBKDF2)).expect("encrypting");

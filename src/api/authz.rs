@@ -137,6 +137,9 @@ pub const RULES: &[(&str, Rule)] = &[
     ("/machine.LVMService/VolumeGroupRemove", ADMIN_OR_MAINTENANCE_READER),
     ("/machine.LVMService/PhysicalVolumeRemove", ADMIN_OR_MAINTENANCE_READER),
     ("/machine.MDService/Destroy", ADMIN_OR_MAINTENANCE_READER),
+    // Beyond Talos: the passphrase for a volume no key opens, which leaves the node in
+    // maintenance when the volume is STATE.
+    ("/talosbox.volume.VolumeService/Unlock", ADMIN_OR_MAINTENANCE_READER),
     ("/time.TimeService/Time", READERS),
     ("/time.TimeService/TimeCheck", READERS),
 ];
@@ -151,14 +154,16 @@ pub fn rule(method: &str) -> Rule {
 
 /// What a node in maintenance mode serves, as Talos's maintenance service does: applying a
 /// configuration, its version, a reset, the wipe of unused block devices (so a disk can be
-/// cleared before the configuration claims it), and reads of non-sensitive resources.
-/// Everything else waits for a configuration.
+/// cleared before the configuration claims it), and reads of non-sensitive resources; beyond
+/// Talos, the unlock of an encrypted STATE no configured key opens. Everything else waits for
+/// a configuration.
 pub const MAINTENANCE_METHODS: &[&str] = &[
     "/machine.MachineService/ApplyConfiguration",
     "/machine.MachineService/Version",
     "/machine.MachineService/Reset",
     "/machine.MachineService/Upgrade",
     "/storage.StorageService/BlockDeviceWipe",
+    "/talosbox.volume.VolumeService/Unlock",
     "/cosi.resource.State/Get",
     "/cosi.resource.State/List",
     "/cosi.resource.State/Watch",

@@ -25,6 +25,7 @@ const PROTO_FILES: &[&str] = &[
     "securityapi/security.proto",
     "time/time.proto",
     "storage/storage.proto",
+    "talosbox/volume/volume.proto",
     "cosi/resource/resource.proto",
     "cosi/resource/state.proto",
 ];

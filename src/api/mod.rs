@@ -26,6 +26,7 @@ pub mod state_service;
 pub mod storage_service;
 pub mod time_service;
 pub mod trustd;
+pub mod volume_service;
 
 /// `t` as a protobuf timestamp (never before the epoch).
 pub fn timestamp(t: std::time::SystemTime) -> prost_types::Timestamp {

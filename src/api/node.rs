@@ -149,4 +149,11 @@ pub trait Node: Send + Sync + 'static {
         let _ = wipes;
         Err(Status::unimplemented("this node cannot wipe block devices"))
     }
+    /// Hands `passphrase` to the volume manager for the encrypted volume `volume`, which no
+    /// configured key opened, and waits for its one attempt: the key slot it opened. A wrong
+    /// passphrase is PermissionDenied.
+    async fn unlock_volume(&self, volume: &str, passphrase: zeroize::Zeroizing<Vec<u8>>) -> Result<u32, Status> {
+        let _ = (volume, passphrase);
+        Err(Status::unimplemented("this node has no encrypted volumes to unlock"))
+    }
 }

@@ -40,6 +40,14 @@ pub mod storage {
     include!(concat!(env!("OUT_DIR"), "/storage.rs"));
 }
 
+/// `talosbox.volume`: talosbox's own `VolumeService` (the unlock of an encrypted volume), for
+/// what Talos has no RPC for. Not a Talos package.
+pub mod talosbox {
+    pub mod volume {
+        include!(concat!(env!("OUT_DIR"), "/talosbox.volume.rs"));
+    }
+}
+
 /// `cosi.resource`: the resource wire format and the read-only `State` service.
 pub mod cosi {
     pub mod resource {
@@ -140,6 +148,7 @@ mod tests {
         ("/time.TimeService/TimeCheck", false, false),
         ("/storage.StorageService/Disks", false, false),
         ("/storage.StorageService/BlockDeviceWipe", false, false),
+        ("/talosbox.volume.VolumeService/Unlock", false, false),
         ("/cosi.resource.State/Get", false, false),
         ("/cosi.resource.State/List", false, true),
         ("/cosi.resource.State/Watch", false, true),

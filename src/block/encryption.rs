@@ -18,6 +18,12 @@
 //! not answer, a TPM whose PCRs moved, a node with no TPM) never loses its slot: the slot is
 //! replaced only when its key is known and no longer opens it, and the open goes on to the
 //! next slot (a recovery passphrase).
+//!
+//! Beyond Talos, `recovery` keys: a passphrase slot opened with the passphrase the config
+//! gives or, when it gives none (STATE's keys as META keeps them), with one handed to the node
+//! through `talosctl unlock` ([`KeyEnv::given`]). A recovery slot whose passphrase is not known
+//! is kept as it is. When no configured slot opens, a given passphrase is tried in every slot,
+//! and the slot it opens is never removed by the sync.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -70,6 +76,8 @@ pub struct KeyEnv<'a> {
     pub kms: Option<&'a dyn Kms>,
     /// The TPM of `tpm` keys.
     pub tpm: Option<&'a dyn Tpm>,
+    /// A passphrase handed over by `talosctl unlock` for this volume.
+    pub given: Option<&'a [u8]>,
 }
 
 impl std::fmt::Debug for KeyEnv<'_> {
@@ -80,6 +88,7 @@ impl std::fmt::Debug for KeyEnv<'_> {
             .field("salt", &self.salt.map(|_| "<set>"))
             .field("kms", &self.kms.map(|_| "<client>"))
             .field("tpm", &self.tpm.map(|_| "<device>"))
+            .field("given", &self.given.map(|_| "<passphrase>"))
             .finish()
     }
 }
@@ -91,6 +100,7 @@ pub fn kind_name(kind: EncryptionKeyType) -> &'static str {
         EncryptionKeyType::NodeId => "nodeID",
         EncryptionKeyType::Kms => "kms",
         EncryptionKeyType::Tpm => "tpm",
+        EncryptionKeyType::Recovery => "recovery",
     }
 }
 
@@ -99,6 +109,15 @@ fn describe(key: &EncryptionKey) -> String {
 }
 
 type Passphrase = Zeroizing<Vec<u8>>;
+
+/// Why a recovery key without a passphrase in its config gives none.
+pub const RECOVERY_NOT_GIVEN: &str =
+    "a recovery slot: its passphrase is not kept on the node (give it with `talosctl unlock`)";
+
+/// A recovery key with no passphrase of its own and none given: its slot is kept untouched.
+fn recovery_unknown(key: &EncryptionKey, env: &KeyEnv<'_>) -> bool {
+    key.kind == EncryptionKeyType::Recovery && key.static_passphrase.is_empty() && env.given.is_none()
+}
 
 /// The passphrase of a key without a token of its own (static, nodeID), or why it has none.
 pub fn passphrase(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<Passphrase, String> {
@@ -110,6 +129,10 @@ pub fn passphrase(key: &EncryptionKey, env: &KeyEnv<'_>) -> Result<Passphrase, S
         EncryptionKeyType::NodeId => node_id_passphrase(env.machine_uuid.unwrap_or(""), env.volume_id)?,
         EncryptionKeyType::Kms => return Err("a kms key's passphrase is sealed in its slot's token".into()),
         EncryptionKeyType::Tpm => return Err("a tpm key's passphrase is sealed in its slot's token".into()),
+        EncryptionKeyType::Recovery if !key.static_passphrase.is_empty() => {
+            Zeroizing::new(key.static_passphrase.as_bytes().to_vec())
+        }
+        EncryptionKeyType::Recovery => Zeroizing::new(env.given.ok_or(RECOVERY_NOT_GIVEN)?.to_vec()),
     };
     salted(key, env, value)
 }
@@ -371,6 +394,23 @@ pub fn open<D: luks2::Device>(
             Err(e) => return Err(format!("{}: {e}", describe(key))),
         }
     }
+    if let Some(given) = env.given {
+        // Not the recovery slots it was tried in already.
+        let tried_in =
+            |s: u32| keys.iter().any(|k| k.slot == s && recovery_unknown(k, &KeyEnv { given: None, ..*env }));
+        let slots: Vec<u32> = header.metadata.keyslots.keys().copied().filter(|s| !tried_in(*s)).collect();
+        for slot in slots {
+            if let Ok(volume_key) = header.unlock_slot(dev, slot, given) {
+                let mut unlocked = Unlocked { header, key: volume_key, slot, failed_syncs: Vec::new() };
+                match kdf() {
+                    Ok(kdf) => sync_keys(dev, &mut unlocked, &keys, env, kdf, &mut asked, &BTreeMap::new()),
+                    Err(e) => unlocked.failed_syncs.push(format!("syncing keys: {e}")),
+                }
+                return Ok(unlocked);
+            }
+        }
+        tried.push("the passphrase given opens no key slot".into());
+    }
     Err(format!("no configured key opens the volume: {}", tried.join("; ")))
 }
 
@@ -397,6 +437,9 @@ fn sync_keys<D: luks2::Device>(
             continue;
         }
         let exists = u.header.metadata.keyslots.contains_key(&key.slot);
+        if exists && recovery_unknown(key, env) {
+            continue;
+        }
         if exists {
             match ask(asked, key, env, &u.header) {
                 Ok(pass) if u.header.unlock_slot(dev, key.slot, &pass).is_ok() => continue,
@@ -442,8 +485,15 @@ fn sync_keys<D: luks2::Device>(
             Err(e) => u.failed_syncs.push(format!("error writing the token of {}: {e}", describe(key))),
         }
     }
-    let stale: Vec<u32> =
-        u.header.metadata.keyslots.keys().copied().filter(|s| !keys.iter().any(|k| k.slot == *s)).collect();
+    // The slot that opened stays, configured or not (a given passphrase may open any).
+    let stale: Vec<u32> = u
+        .header
+        .metadata
+        .keyslots
+        .keys()
+        .copied()
+        .filter(|s| *s != u.slot && !keys.iter().any(|k| k.slot == *s))
+        .collect();
     for slot in stale {
         match luks2::remove_keyslot(dev, &u.header, slot) {
             Ok(h) => u.header = h,
@@ -481,7 +531,7 @@ mod tests {
     }
 
     fn env() -> KeyEnv<'static> {
-        KeyEnv { volume_id: "u-data", machine_uuid: Some(UUID), salt: None, kms: None, tpm: None }
+        KeyEnv { volume_id: "u-data", machine_uuid: Some(UUID), salt: None, kms: None, tpm: None, given: None }
     }
 
     fn blank() -> Cursor<Vec<u8>> {
@@ -659,6 +709,71 @@ mod tests {
         assert_eq!(after.metadata.tokens[&0], before.metadata.tokens[&0]);
         // Once it answers again, slot 0 opens.
         assert_eq!(open(&mut dev, &s, &KeyEnv { kms: Some(&up), ..env() }, &mut || Ok(fast())).unwrap().slot, 0);
+    }
+
+    /// STATE's keys as META keeps them: a kms slot and a recovery slot with no passphrase. With
+    /// the KMS down nothing opens and the status says what to do; the passphrase given through
+    /// `talosctl unlock` opens the recovery slot, and no slot is lost along the way.
+    #[test]
+    fn a_recovery_slot_opens_with_a_given_passphrase_and_is_kept_without_one() {
+        let up = FakeKms::new(3);
+        let down = FakeKms { down: true, ..FakeKms::new(3) };
+        let recovery = |pass: &str| key(1, EncryptionKeyType::Recovery, pass);
+        let mut dev = blank();
+        // Made with the config, which has the passphrase.
+        let made = format(
+            &mut dev,
+            &spec(vec![kms_key(0), recovery("rescue me")]),
+            &KeyEnv { kms: Some(&up), ..env() },
+            &mut || Ok(fast()),
+        )
+        .unwrap();
+        assert!(made.failed_syncs.is_empty(), "{:?}", made.failed_syncs);
+        let before = Header::read(&mut dev).unwrap();
+        assert!(before.unlock_slot(&mut dev, 1, b"rescue me").is_ok());
+        let meta = spec(vec![kms_key(0), recovery("")]);
+        // The KMS answers: slot 0 opens, and the recovery slot, whose passphrase is not known
+        // here, is kept as it is with nothing reported.
+        let u = open(&mut dev, &meta, &KeyEnv { kms: Some(&up), ..env() }, &mut || Ok(fast())).unwrap();
+        assert_eq!(u.slot, 0);
+        assert!(u.failed_syncs.is_empty(), "{:?}", u.failed_syncs);
+        assert_eq!(Header::read(&mut dev).unwrap().metadata.keyslots[&1], before.metadata.keyslots[&1]);
+        // The KMS is down: nothing opens, and the error says how to go on.
+        let e = open(&mut dev, &meta, &KeyEnv { kms: Some(&down), ..env() }, &mut || Ok(fast())).unwrap_err();
+        assert!(e.contains("slot 0 (kms): kms is down"), "{e}");
+        assert!(e.contains(&format!("slot 1 (recovery): {RECOVERY_NOT_GIVEN}")), "{e}");
+        // A wrong passphrase given opens nothing.
+        let wrong = KeyEnv { kms: Some(&down), given: Some(b"guess"), ..env() };
+        let e = open(&mut dev, &meta, &wrong, &mut || Ok(fast())).unwrap_err();
+        assert!(e.contains("slot 1 (recovery): "), "{e}");
+        // The right one opens slot 1; slot 0, whose KMS is down, stays.
+        let right = KeyEnv { kms: Some(&down), given: Some(b"rescue me"), ..env() };
+        let u = open(&mut dev, &meta, &right, &mut || Ok(fast())).unwrap();
+        assert_eq!((u.slot, u.key.as_bytes()), (1, made.key.as_bytes()));
+        let after = Header::read(&mut dev).unwrap();
+        assert_eq!(after.metadata.keyslots, before.metadata.keyslots, "no slot changed");
+        assert_eq!(after.metadata.tokens, before.metadata.tokens);
+    }
+
+    /// A passphrase given for a volume whose keys name no recovery slot (one cryptsetup added,
+    /// say) is tried in every slot, and the slot it opens is not removed by the sync.
+    #[test]
+    fn a_given_passphrase_opens_any_slot_and_that_slot_stays() {
+        let mut dev = blank();
+        let made = format(
+            &mut dev,
+            &spec(vec![key(0, EncryptionKeyType::Static, "a"), key(3, EncryptionKeyType::Static, "d")]),
+            &env(),
+            &mut || Ok(fast()),
+        )
+        .unwrap();
+        let only_a = spec(vec![key(0, EncryptionKeyType::Static, "a-moved")]);
+        let e = KeyEnv { given: Some(b"d"), ..env() };
+        let u = open(&mut dev, &only_a, &e, &mut || Ok(fast())).unwrap();
+        assert_eq!((u.slot, u.key.as_bytes()), (3, made.key.as_bytes()));
+        let h = Header::read(&mut dev).unwrap();
+        assert!(h.unlock_slot(&mut dev, 3, b"d").is_ok(), "the slot that opened stays");
+        assert!(h.unlock_slot(&mut dev, 0, b"a-moved").is_ok(), "the configured slot is synced");
     }
 
     #[test]

@@ -142,6 +142,10 @@ impl Session {
         crate::api::proto::storage::storage_service_client::StorageServiceClient::new(self.channel.clone())
     }
 
+    pub fn volumes(&self) -> crate::api::proto::talosbox::volume::volume_service_client::VolumeServiceClient<Channel> {
+        crate::api::proto::talosbox::volume::volume_service_client::VolumeServiceClient::new(self.channel.clone())
+    }
+
     pub fn state(&self) -> StateClient<Channel> {
         StateClient::new(self.channel.clone()).max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
     }

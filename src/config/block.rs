@@ -274,7 +274,8 @@ pub struct Encryption {
 impl Encryption {
     /// STATE's encryption as Talos keeps it in META (tag 9, `StateEncryptionConfig`): the
     /// JSON of v1alpha1's `EncryptionConfig`, so an encrypted STATE opens before the
-    /// configuration on it can be read. A static passphrase is in it, as in Talos.
+    /// configuration on it can be read. A static passphrase is in it, as in Talos; a recovery
+    /// key's passphrase never is (only that its slot is a recovery slot, to be kept).
     pub fn to_meta_json(&self) -> String {
         use serde_json::{Map, Value, json};
         let keys: Vec<Value> = self
@@ -301,6 +302,9 @@ impl Encryption {
                             t.insert("options".into(), json!({ "pcrs": tpm.pcrs }));
                         }
                         key.insert("tpm".into(), Value::Object(t));
+                    }
+                    KeyKind::Recovery { .. } => {
+                        key.insert("recovery".into(), json!({}));
                     }
                 }
                 key.insert("slot".into(), json!(k.slot));
@@ -375,6 +379,12 @@ pub enum KeyKind {
         endpoint: Secret,
     },
     Tpm(TpmKey),
+    /// Beyond Talos: a passphrase slot for when the other keys fail, opened with the
+    /// passphrase written here or, when none is (as META keeps STATE's), with one given
+    /// through `talosctl unlock`. A slot without a passphrase here is kept as it is.
+    Recovery {
+        passphrase: Option<Secret>,
+    },
 }
 
 /// A key sealed by the TPM.
@@ -819,10 +829,15 @@ impl R<'_> {
                 KeyKind::Kms { endpoint: Secret(self.string(&p.key("kms").key("endpoint"))) }
             } else if let Some(tpm) = tpm {
                 KeyKind::Tpm(tpm)
+            } else if self.has(&p.key("recovery")) {
+                let pass = self.string(&p.key("recovery").key("passphrase"));
+                KeyKind::Recovery { passphrase: (!pass.is_empty()).then_some(Secret(pass)) }
             } else {
                 return Err(self.invalid(
                     &p,
-                    format!("at least one encryption key type must be specified for slot {slot} (static, nodeID, kms or tpm)"),
+                    format!(
+                        "at least one encryption key type must be specified for slot {slot} (static, nodeID, kms, tpm or recovery)"
+                    ),
                 ));
             };
             keys.push(EncryptionKey { slot, kind, lock_to_state: self.bool(&p.key("lockToState")) });
@@ -1883,7 +1898,7 @@ mod tests {
             (with_sel("encryption:\n  provider: luks2\n"), "UserVolumeConfig data: encryption.keys: encryption keys are required".into()),
             (
                 with_sel(&keys("    - slot: 0\n")),
-                "UserVolumeConfig data: encryption.keys[0]: at least one encryption key type must be specified for slot 0 (static, nodeID, kms or tpm)".into(),
+                "UserVolumeConfig data: encryption.keys[0]: at least one encryption key type must be specified for slot 0 (static, nodeID, kms, tpm or recovery)".into(),
             ),
             (
                 with_sel(&keys("    - slot: 1\n      nodeID: {}\n    - slot: 1\n      tpm: {}\n")),

@@ -9,6 +9,9 @@
 //! from it), `acceptedCAs` (lists, not one object), the list-valued enums, `DiskPartition.size`
 //! (a number or a string) and `machine.type` (any string; validation judges it).
 //!
+//! Beyond Talos, one field: an encryption key's `recovery` (a passphrase slot that is opened
+//! through `talosctl unlock` and never kept in META), in both key objects.
+//!
 //! Field names, types and enum values are interface facts. What talosbox does with a field is
 //! not here but in `policy.rs`. Fields appear in Talos's order, which is the order Talos writes.
 
@@ -185,6 +188,8 @@ static O_BLOCK_ENCRYPTION_KEY_TPM: Obj = Obj {
     name: "block.EncryptionKeyTPM",
     fields: &[f("options", Ty::Obj(&O_BLOCK_ENCRYPTION_KEY_TPM_OPTIONS)), f("checkSecurebootStatusOnEnroll", Ty::Bool)],
 };
+static O_BLOCK_ENCRYPTION_KEY_RECOVERY: Obj =
+    Obj { name: "block.EncryptionKeyRecovery", fields: &[f("passphrase", Ty::Str)] };
 static O_BLOCK_ENCRYPTION_KEY: Obj = Obj {
     name: "block.EncryptionKey",
     fields: &[
@@ -194,6 +199,7 @@ static O_BLOCK_ENCRYPTION_KEY: Obj = Obj {
         f("kms", Ty::Obj(&O_BLOCK_ENCRYPTION_KEY_KMS)),
         f("tpm", Ty::Obj(&O_BLOCK_ENCRYPTION_KEY_TPM)),
         f("lockToState", Ty::Bool),
+        f("recovery", Ty::Obj(&O_BLOCK_ENCRYPTION_KEY_RECOVERY)),
     ],
 };
 static O_BLOCK_ENCRYPTION_SPEC: Obj = Obj {
@@ -1318,6 +1324,8 @@ static O_V1ALPHA1_ENCRYPTION_KEY_KMS: Obj =
     Obj { name: "v1alpha1.EncryptionKeyKMS", fields: &[f("endpoint", Ty::Str)] };
 static O_V1ALPHA1_ENCRYPTION_KEY_TPM: Obj =
     Obj { name: "v1alpha1.EncryptionKeyTPM", fields: &[f("checkSecurebootStatusOnEnroll", Ty::Bool)] };
+static O_V1ALPHA1_ENCRYPTION_KEY_RECOVERY: Obj =
+    Obj { name: "v1alpha1.EncryptionKeyRecovery", fields: &[f("passphrase", Ty::Str)] };
 static O_V1ALPHA1_ENCRYPTION_KEY: Obj = Obj {
     name: "v1alpha1.EncryptionKey",
     fields: &[
@@ -1326,6 +1334,7 @@ static O_V1ALPHA1_ENCRYPTION_KEY: Obj = Obj {
         f("kms", Ty::Obj(&O_V1ALPHA1_ENCRYPTION_KEY_KMS)),
         f("slot", Ty::Int),
         f("tpm", Ty::Obj(&O_V1ALPHA1_ENCRYPTION_KEY_TPM)),
+        f("recovery", Ty::Obj(&O_V1ALPHA1_ENCRYPTION_KEY_RECOVERY)),
     ],
 };
 static O_V1ALPHA1_ENCRYPTION_CONFIG: Obj = Obj {

@@ -57,6 +57,8 @@ pub struct Environment {
     pub api_listen: String,
     /// The node's one writer of META (its write counter wakes the readers).
     pub meta: Arc<crate::block::meta::MetaStore>,
+    /// Passphrases `talosctl unlock` hands to the volume manager.
+    pub unlocks: Arc<block::unlock::Unlocks>,
 }
 
 /// Every controller, with where it may run.
@@ -117,7 +119,10 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(block::DiscoveryController::new())));
     all.push((Scope::NodeOnly, Box::new(block::SystemDiskController)));
     all.push((Scope::NodeOnly, Box::new(block::VolumeConfigController)));
-    all.push((Scope::NodeOnly, Box::new(block::VolumeManagerController::new(env.supervisor.reaper()))));
+    all.push((
+        Scope::NodeOnly,
+        Box::new(block::VolumeManagerController::new(env.supervisor.reaper()).with_unlocks(Arc::clone(&env.unlocks))),
+    ));
     all.push((Scope::NodeOnly, Box::new(block::MountRequestController)));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
     all.push((Scope::NodeOnly, Box::new(secrets::EncryptionSaltController::new())));
@@ -167,6 +172,7 @@ mod tests {
             node: secrets::NodeIdentity { hostname: "test".into(), addresses: Vec::new() },
             api_listen: "127.0.0.1:50000".into(),
             meta: crate::block::meta::MetaStore::new(),
+            unlocks: Default::default(),
         }
     }
 

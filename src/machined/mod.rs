@@ -298,6 +298,7 @@ fn environment(
     supervisor: Arc<Supervisor>,
     config: watch::Receiver<crate::controllers::config::StoredConfig>,
     meta: Arc<crate::block::meta::MetaStore>,
+    unlocks: Arc<controllers::block::unlock::Unlocks>,
 ) -> Environment {
     let (set, cmdline) = match mode {
         Mode::Node => (ControllerSet::Node, Some(PathBuf::from(controllers::runtime::kernel_cmdline::PROC_CMDLINE))),
@@ -315,6 +316,7 @@ fn environment(
         node: controllers::secrets::NodeIdentity { hostname: mode.default_hostname(), addresses: mode.addresses() },
         api_listen: mode.api_listen(),
         meta,
+        unlocks,
     }
 }
 
@@ -326,7 +328,7 @@ pub fn dependency_graph(mode: &Mode) -> Result<String, MachinedError> {
     let (_tx, config) = watch::channel(Default::default());
     controllers::register_all(
         &mut runtime,
-        &environment(mode, supervisor, config, crate::block::meta::MetaStore::new()),
+        &environment(mode, supervisor, config, crate::block::meta::MetaStore::new(), Default::default()),
     )?;
     Ok(runtime.dependency_graph())
 }
@@ -396,9 +398,10 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let registry = Arc::new(crate::resources::registry()?);
     let mut runtime = Runtime::new(state.clone(), registry.clone());
     let meta = crate::block::meta::MetaStore::new();
+    let unlocks = Arc::new(controllers::block::unlock::Unlocks::default());
     controllers::register_all(
         &mut runtime,
-        &environment(mode, supervisor.clone(), store.subscribe(), Arc::clone(&meta)),
+        &environment(mode, supervisor.clone(), store.subscribe(), Arc::clone(&meta), Arc::clone(&unlocks)),
     )?;
     // Subscribed before the runtime starts, so no stage is missed.
     let stage_watch = state.watch::<MachineStatus>(NAMESPACE, MachineStatus::ID);
@@ -467,6 +470,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         power: requests.clone(),
         meta,
         state: (*mode == Mode::Node).then(|| state.clone()),
+        unlocks,
     });
     let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
     {

@@ -22,6 +22,10 @@ use crate::services::{LogRing, Supervisor, SupervisorError};
 /// The services the API may not stop.
 const UNSTOPPABLE: &[&str] = &["apid"];
 
+/// How long an unlock waits for the volume manager to try the passphrase (a slot's argon2id
+/// takes seconds under emulation, and a volume may have several).
+const UNLOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 pub struct MachineNode {
     pub platform: (String, String),
     pub hostname: Box<dyn Fn() -> String + Send + Sync>,
@@ -34,6 +38,8 @@ pub struct MachineNode {
     /// The node's resources (volumes and disks, for Reset); `None` in container mode, where
     /// the node has no disks of its own.
     pub state: Option<crate::cosi::State>,
+    /// Where the unlock RPC hands passphrases to the volume manager.
+    pub unlocks: Arc<crate::controllers::block::unlock::Unlocks>,
 }
 
 impl MachineNode {
@@ -163,6 +169,39 @@ impl Node for MachineNode {
                 Err(Status::unavailable(e.to_string()))
             }
             Err(e) => Err(Status::failed_precondition(e.to_string())),
+        }
+    }
+
+    async fn unlock_volume(&self, volume: &str, passphrase: zeroize::Zeroizing<Vec<u8>>) -> Result<u32, Status> {
+        use crate::resources::block::{EncryptionProvider, NAMESPACE, VolumeConfig, VolumePhase, VolumeStatus};
+        let Some(state) = &self.state else {
+            return Err(Status::failed_precondition("this node runs as a process (container mode): it has no volumes"));
+        };
+        let config = state
+            .get::<VolumeConfig>(NAMESPACE, volume)
+            .map_err(|_| Status::not_found(format!("no volume {volume} on this node")))?;
+        if config.spec().encryption.provider != EncryptionProvider::Luks2 {
+            return Err(Status::failed_precondition(format!("volume {volume} is not encrypted")));
+        }
+        let phase = |state: &crate::cosi::State| {
+            state.get::<VolumeStatus>(NAMESPACE, volume).map(|s| s.spec().phase).unwrap_or_default()
+        };
+        if matches!(phase(state), VolumePhase::Prepared | VolumePhase::Ready) {
+            return Err(Status::failed_precondition(format!("volume {volume} is open already")));
+        }
+        let outcome = self.unlocks.give(volume, passphrase);
+        match tokio::time::timeout(UNLOCK_WAIT, outcome).await {
+            Ok(Ok(Ok(slot))) => Ok(slot),
+            Ok(Ok(Err(why))) => Err(Status::permission_denied(format!("volume {volume} did not open: {why}"))),
+            Ok(Err(_)) => Err(Status::aborted(format!("the attempt on volume {volume} was dropped"))),
+            Err(_) => {
+                self.unlocks.withdraw(volume);
+                Err(Status::deadline_exceeded(format!(
+                    "volume {volume} was not tried within {}s (it is {})",
+                    UNLOCK_WAIT.as_secs(),
+                    phase(state)
+                )))
+            }
         }
     }
 

@@ -474,6 +474,9 @@ pub enum EncryptionKeyType {
     Kms,
     #[serde(rename = "tpm")]
     Tpm,
+    /// Beyond Talos: a passphrase slot (`static_passphrase`, or one given by `talosctl unlock`).
+    #[serde(rename = "recovery")]
+    Recovery,
 }
 
 /// One LUKS2 key slot, as Talos's `EncryptionKey` holds it.

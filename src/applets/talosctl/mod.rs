@@ -11,6 +11,7 @@ mod get;
 mod meta;
 mod node;
 mod output;
+mod unlock;
 mod validate;
 mod wipe;
 
@@ -113,6 +114,9 @@ enum Command {
         #[command(subcommand)]
         command: meta::MetaCommand,
     },
+    /// Give a recovery passphrase for an encrypted volume no configured key opens (STATE by
+    /// default: with --insecure on a node left in maintenance by it).
+    Unlock(unlock::UnlockArgs),
     /// Wipe block devices (disks or partitions) that no volume uses.
     Wipe {
         #[command(subcommand)]
@@ -247,6 +251,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Validate(args) => validate::run(&args),
         Command::Meta { command } => meta::run(&cli, command),
         Command::Wipe { command } => wipe::run(&cli, command),
+        Command::Unlock(args) => unlock::run(&cli, args),
         Command::KmsLaunch(args) => kms_launch(args),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());

@@ -224,6 +224,7 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         | Command::Validate(_)
         | Command::Meta { .. }
         | Command::Wipe { .. }
+        | Command::Unlock(_)
         | Command::KmsLaunch(_)
         | Command::Completion { .. } => ExitCode::FAILURE,
     }

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod disks;
 pub mod state_meta;
 pub mod system_disk;
+pub mod unlock;
 pub mod volume_config;
 pub mod volume_manager;
 pub mod volumes;

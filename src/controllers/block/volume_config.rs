@@ -172,6 +172,11 @@ pub fn encryption_spec(e: Option<&Encryption>) -> EncryptionSpec {
                     ..key
                 },
                 KeyKind::NodeId => EncryptionKey { kind: EncryptionKeyType::NodeId, ..key },
+                KeyKind::Recovery { passphrase } => EncryptionKey {
+                    kind: EncryptionKeyType::Recovery,
+                    static_passphrase: passphrase.as_ref().map(|p| p.expose().to_string()).unwrap_or_default(),
+                    ..key
+                },
                 KeyKind::Kms { endpoint } => {
                     EncryptionKey { kind: EncryptionKeyType::Kms, kms_endpoint: endpoint.expose().to_string(), ..key }
                 }
@@ -676,6 +681,22 @@ mod tests {
         assert_eq!(find(&all, STATE).config.encryption.keys.iter().map(|k| k.kind).collect::<Vec<_>>(), [K::NodeId]);
         let all = volume_resources(Some(&BlockView::default()), Some(&back));
         assert_eq!(find(&all, STATE).config.encryption.keys.len(), 2);
+        // A recovery key: its passphrase goes to the VolumeConfig, never to META, whose JSON
+        // reads back as a recovery slot with none (kept, opened by `talosctl unlock`).
+        let rec = view(&[(
+            "VolumeConfig",
+            "name: STATE\nencryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      tpm: {}\n    - slot: 1\n      recovery:\n        passphrase: hidden\n",
+        )]);
+        let enc = rec.volume(SystemVolume::State).and_then(|v| v.encryption.clone()).unwrap();
+        let json = enc.to_meta_json();
+        assert_eq!(json, r#"{"keys":[{"slot":0,"tpm":{}},{"recovery":{},"slot":1}],"provider":"luks2"}"#);
+        let all = volume_resources(Some(&rec), None);
+        let key = &find(&all, STATE).config.encryption.keys[1];
+        assert_eq!((key.kind, key.static_passphrase.as_str()), (K::Recovery, "hidden"));
+        let from_meta = Encryption::from_meta_json(&json).unwrap();
+        let all = volume_resources(None, Some(&from_meta));
+        let key = &find(&all, STATE).config.encryption.keys[1];
+        assert_eq!((key.slot, key.kind, key.static_passphrase.as_str()), (1, K::Recovery, ""));
         // Legacy EPHEMERAL encryption is EPHEMERAL's.
         let eph = "version: v1alpha1\nmachine:\n  type: worker\n  systemDiskEncryption:\n    ephemeral:\n      provider: luks2\n      keys:\n        - slot: 0\n          nodeID: {}\n";
         let v = crate::config::load(eph).unwrap().config.block().unwrap();

@@ -21,12 +21,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::unlock::Unlocks;
 use super::volumes::{self, DiskCandidate, FormatDecision, FreeSpace, Lookup, NotFound, PhaseInputs, Step};
 use crate::block::format;
 use crate::block::luks2::DmCryptOptions;
 use crate::block::selector::{Env, Expression, Vars};
 use crate::block::{gpt, probe};
-use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
+use crate::cosi::{Changes, Context, Controller, EventSource, Input, Output, ReconcileError};
 use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
     DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, EncryptionProvider, FilesystemType,
@@ -54,6 +55,8 @@ pub struct VolumeManagerController {
     started: Option<Instant>,
     refresh: u64,
     compiled: HashMap<(String, bool), Result<Expression, String>>,
+    /// Passphrases handed over by `talosctl unlock`.
+    unlocks: Arc<Unlocks>,
 }
 
 impl VolumeManagerController {
@@ -68,7 +71,14 @@ impl VolumeManagerController {
             started: None,
             refresh: 0,
             compiled: HashMap::new(),
+            unlocks: Arc::new(Unlocks::default()),
         }
+    }
+
+    /// Takes the passphrases `unlocks` is given (the node's unlock RPC gives them there).
+    pub fn with_unlocks(mut self, unlocks: Arc<Unlocks>) -> Self {
+        self.unlocks = unlocks;
+        self
     }
 
     fn expression(&mut self, source: &str, disk: bool) -> Result<Expression, String> {
@@ -115,6 +125,10 @@ impl Controller for VolumeManagerController {
 
     fn outputs(&self) -> Vec<Output> {
         vec![Output::exclusive::<VolumeStatus>(), Output::exclusive::<DiscoveryRefreshRequest>()]
+    }
+
+    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
+        vec![Box::new(Changes::new("unlock passphrases", self.unlocks.subscribe()))]
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
@@ -167,7 +181,8 @@ impl Controller for VolumeManagerController {
             }
             // A failed volume whose config changed (a key added, STATE's encryption read from
             // META) is tried again now, not at the next tick.
-            if self.failed_config.get(id).is_some_and(|c| c != config) {
+            // So is one handed a passphrase by `talosctl unlock`.
+            if self.failed_config.get(id).is_some_and(|c| c != config) || self.unlocks.waiting(id) {
                 self.failed_at.remove(id);
                 self.failed_config.remove(id);
             }
@@ -586,12 +601,20 @@ impl VolumeManagerController {
                 });
             }
         }
+        let given = self.unlocks.take(id);
+        let passphrase = given.as_ref().map(|g| g.passphrase.clone());
         let opened = ctx
             .blocking("opening an encrypted volume", move || {
-                open_encrypted(&location, &volume_id, &spec, salt.as_deref().map(|s| s.as_slice()))
+                open_encrypted(&location, &volume_id, &spec, salt.as_deref().map(|s| s.as_slice()), passphrase.as_ref())
             })
-            .await?
-            .map_err(|e| StepError::failed(format!("encryption: {e}")))?;
+            .await?;
+        if let Some(given) = given {
+            let _ = given.reply.send(match &opened {
+                Ok(o) => Ok(o.slot.unwrap_or_default()),
+                Err(e) => Err(e.clone()),
+            });
+        }
+        let opened = opened.map_err(|e| StepError::failed(format!("encryption: {e}")))?;
         let how = match (opened.formatted, opened.slot) {
             (true, Some(slot)) => format!("encrypted with key slot {slot}"),
             (false, Some(slot)) => format!("opened with key slot {slot}"),
@@ -855,6 +878,7 @@ fn open_encrypted(
     volume_id: &str,
     spec: &crate::resources::block::EncryptionSpec,
     salt: Option<&[u8]>,
+    given: Option<&zeroize::Zeroizing<Vec<u8>>>,
 ) -> Result<Opened, String> {
     use crate::block::{encryption, luks2};
     use crate::kernel::dm;
@@ -887,7 +911,14 @@ fn open_encrypted(
     let uuid = std::fs::read_to_string(PRODUCT_UUID).ok().map(|u| u.trim().to_ascii_lowercase());
     let kms = crate::client::kms::GrpcKms;
     let tpm = crate::block::tpm_key::NodeTpm;
-    let env = encryption::KeyEnv { volume_id, machine_uuid: uuid.as_deref(), salt, kms: Some(&kms), tpm: Some(&tpm) };
+    let env = encryption::KeyEnv {
+        volume_id,
+        machine_uuid: uuid.as_deref(),
+        salt,
+        kms: Some(&kms),
+        tpm: Some(&tpm),
+        given: given.map(|g| g.as_slice()),
+    };
     let key_len = if spec.key_size == 0 { 64 } else { spec.key_size as usize / 8 };
     let mut timed: Option<luks2::Kdf> = None;
     let mut kdf = || -> Result<luks2::Kdf, String> {
