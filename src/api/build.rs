@@ -22,6 +22,7 @@ const PROTO_FILES: &[&str] = &[
     "google/rpc/status.proto",
     "common/common.proto",
     "machine/machine.proto",
+    "machine/lifecycle.proto",
     "securityapi/security.proto",
     "time/time.proto",
     "storage/storage.proto",

@@ -478,6 +478,10 @@ impl MachineService for MachineApi {
         Ok(Response::new(m::ResetResponse { messages: vec![m::Reset { metadata: None, actor_id: actor }] }))
     }
 
+    async fn rollback(&self, _: Request<m::RollbackRequest>) -> Result<Response<m::RollbackResponse>, Status> {
+        Err(Status::unimplemented("rollback: this node has no A/B boot slots yet"))
+    }
+
     async fn service_list(&self, _: Request<()>) -> Result<Response<m::ServiceListResponse>, Status> {
         let services = self
             .node
@@ -542,6 +546,10 @@ impl MachineService for MachineApi {
         Ok(Response::new(m::ShutdownResponse {
             messages: vec![m::Shutdown { metadata: None, actor_id: String::new() }],
         }))
+    }
+
+    async fn upgrade(&self, _: Request<m::UpgradeRequest>) -> Result<Response<m::UpgradeResponse>, Status> {
+        Err(Status::unimplemented("upgrade: this node has no A/B boot slots yet"))
     }
 
     async fn version(&self, _: Request<()>) -> Result<Response<m::VersionResponse>, Status> {
