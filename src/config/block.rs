@@ -639,6 +639,16 @@ impl SwapVolumeDoc {
     }
 }
 
+/// Beyond Talos (#2213): a `DiskWipeConfig` document. Every disk its selector matches is wiped
+/// once (its partition table and signatures), then remembered in META by its WWID or serial,
+/// so the wipe is never repeated, whatever the configuration does later. The system disk, a
+/// read-only disk and a disk a volume is on are never wiped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskWipeDoc {
+    pub name: String,
+    pub disk_selector: CelExpression,
+}
+
 /// The volume documents of a config, checked, each list in the order written.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BlockView {
@@ -650,6 +660,7 @@ pub struct BlockView {
     pub swap_volumes: Vec<SwapVolumeDoc>,
     /// v1alpha1's `machine.disks`, the user disks before volume documents.
     pub user_disks: Vec<UserDisk>,
+    pub disk_wipes: Vec<DiskWipeDoc>,
 }
 
 /// One entry of v1alpha1's `machine.disks`: partitions made on `device` in the order listed,
@@ -707,7 +718,11 @@ impl BlockView {
             .swap_volumes
             .iter()
             .map(|v| site("SwapVolumeConfig", &v.name, disk, v.provisioning.disk_selector.as_ref()));
-        volumes.chain(user).chain(raw).chain(existing).chain(swap).flatten().collect()
+        let wipes = self
+            .disk_wipes
+            .iter()
+            .map(|w| site("DiskWipeConfig", &w.name, "diskSelector.match", Some(&w.disk_selector)));
+        volumes.chain(user).chain(raw).chain(existing).chain(swap).chain(wipes).flatten().collect()
     }
 }
 
@@ -1193,6 +1208,15 @@ impl Config {
                     let (name, provisioning, encryption) = r.partition_doc(doc, SWAP_VOLUME_PREFIX)?;
                     view.swap_volumes.push(SwapVolumeDoc { name, provisioning, encryption });
                 }
+                "DiskWipeConfig" => {
+                    let name = r.volume_name(doc, None)?;
+                    let path = Path::keys("diskSelector.match");
+                    let Some(selector) = r.str(&path).filter(|s| !s.trim().is_empty()) else {
+                        return Err(r.invalid(&path, "a disk selector is required: the wipe names its disks"));
+                    };
+                    view.disk_wipes
+                        .push(DiskWipeDoc { name, disk_selector: CelExpression::new(selector, CelEnv::DiskLocator) });
+                }
                 _ => continue,
             }
             if let kind @ ("UserVolumeConfig" | "ExistingVolumeConfig") = doc.kind() {
@@ -1409,6 +1433,20 @@ mod tests {
     }
 
     const V1: &str = "version: v1alpha1\nmachine:\n  type: worker\n";
+
+    #[test]
+    fn a_disk_wipe_names_its_disks_by_cel() {
+        let text =
+            doc("DiskWipeConfig", "name: scratch\ndiskSelector:\n  match: disk.serial == \"talosbox-extra-3\"\n");
+        let v = view(&text).unwrap();
+        assert_eq!(v.disk_wipes.len(), 1);
+        assert_eq!(v.disk_wipes[0].name, "scratch");
+        assert_eq!(v.disk_wipes[0].disk_selector.as_str(), "disk.serial == \"talosbox-extra-3\"");
+        let sites = v.cel_expressions();
+        assert!(sites.iter().any(|s| s.doc == "DiskWipeConfig scratch" && s.path == "diskSelector.match"));
+        let unknown = load(&doc("DiskWipeConfig", "name: scratch\ndiskSelector:\n  match: 'true'\nmethod: zeroes\n"));
+        assert!(unknown.unwrap_err().to_string().contains("method"));
+    }
 
     #[test]
     fn machine_disks_read_as_talos_reads_them() {
@@ -1914,6 +1952,11 @@ mod tests {
             (
                 with_sel("scrub:\n  interval: 100\n"),
                 "UserVolumeConfig data: scrub.interval: \"100\" is not a duration: a unit (ns, us, ms, s, m, h) is missing".into(),
+            ),
+            (doc("DiskWipeConfig", "name: scratch\n"), "DiskWipeConfig scratch: diskSelector.match: a disk selector is required: the wipe names its disks".into()),
+            (
+                doc("DiskWipeConfig", "name: scr atch\ndiskSelector:\n  match: 'true'\n"),
+                format!("DiskWipeConfig scr atch: name: {ALLOWED_NAME}"),
             ),
             (
                 doc("VolumeConfig", "name: EPHEMERAL\nscrub:\n  interval: 1w\n"),

@@ -140,6 +140,7 @@ const EFFECTS: &[(&str, &str, Effect)] = &[
     ("ExistingVolumeConfig", "", Effect::Live),
     ("ExternalVolumeConfig", "", Effect::Live),
     ("SwapVolumeConfig", "", Effect::Live),
+    ("DiskWipeConfig", "", Effect::Live),
     ("FilesystemTrimConfig", "", Effect::Live),
     ("FilesystemScrubConfig", "", Effect::Live),
     ("@storage", "", Effect::Reboot),

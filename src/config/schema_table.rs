@@ -9,8 +9,9 @@
 //! from it), `acceptedCAs` (lists, not one object), the list-valued enums, `DiskPartition.size`
 //! (a number or a string) and `machine.type` (any string; validation judges it).
 //!
-//! Beyond Talos, one field: an encryption key's `recovery` (a passphrase slot that is opened
-//! through `talosctl unlock` and never kept in META), in both key objects.
+//! Beyond Talos, one field and one kind: an encryption key's `recovery` (a passphrase slot
+//! that is opened through `talosctl unlock` and never kept in META), in both key objects, and
+//! `DiskWipeConfig` (a disk wiped once, its record kept in META; Talos #2213).
 //!
 //! Field names, types and enum values are interface facts. What talosbox does with a field is
 //! not here but in `policy.rs`. Fields appear in Talos's order, which is the order Talos writes.
@@ -34,6 +35,7 @@ const fn k(
 /// Every document kind, the v1alpha1 document first.
 pub(super) static KINDS: &[Kind] = &[
     k("v1alpha1", "", false, "v1alpha1", &O_V1ALPHA1_CONFIG),
+    k("DiskWipeConfig", "v1alpha1", true, "block", &O_BLOCK_DISK_WIPE_CONFIG_V1_ALPHA1),
     k("ExistingVolumeConfig", "v1alpha1", true, "block", &O_BLOCK_EXISTING_VOLUME_CONFIG_V1_ALPHA1),
     k("ExternalVolumeConfig", "v1alpha1", true, "block", &O_BLOCK_EXTERNAL_VOLUME_CONFIG_V1_ALPHA1),
     k("FilesystemScrubConfig", "v1alpha1", false, "block", &O_BLOCK_FILESYSTEM_SCRUB_CONFIG_V1_ALPHA1),
@@ -221,6 +223,10 @@ static O_BLOCK_RAW_VOLUME_CONFIG_V1_ALPHA1: Obj = Obj {
         f("provisioning", Ty::Obj(&O_BLOCK_PROVISIONING_SPEC)),
         f("encryption", Ty::Obj(&O_BLOCK_ENCRYPTION_SPEC)),
     ],
+};
+static O_BLOCK_DISK_WIPE_CONFIG_V1_ALPHA1: Obj = Obj {
+    name: "block.DiskWipeConfigV1Alpha1",
+    fields: &[f("name", Ty::Str), f("diskSelector", Ty::Obj(&O_BLOCK_DISK_SELECTOR))],
 };
 static O_BLOCK_SWAP_VOLUME_CONFIG_V1_ALPHA1: Obj = Obj {
     name: "block.SwapVolumeConfigV1Alpha1",

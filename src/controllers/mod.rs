@@ -121,7 +121,11 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(block::VolumeConfigController)));
     all.push((
         Scope::NodeOnly,
-        Box::new(block::VolumeManagerController::new(env.supervisor.reaper()).with_unlocks(Arc::clone(&env.unlocks))),
+        Box::new(
+            block::VolumeManagerController::new(env.supervisor.reaper())
+                .with_unlocks(Arc::clone(&env.unlocks))
+                .with_meta(Arc::clone(&env.meta)),
+        ),
     ));
     all.push((Scope::NodeOnly, Box::new(block::MountRequestController)));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));

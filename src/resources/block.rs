@@ -241,6 +241,37 @@ definition!(UserDiskConfigStatus, "UserDiskConfigStatuses.block.talos.dev", [
     "Torn Down" => "{.tornDown}",
 ]);
 
+/// Beyond Talos (#2213): a `DiskWipeConfig` document as the volume manager takes it, id the
+/// document's name: every disk `disk_selector` (CEL over the Disk, as a volume's) matches is
+/// wiped once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiskWipeConfig {
+    pub disk_selector: String,
+}
+
+definition!(DiskWipeConfig, "DiskWipeConfigs.block.talos.dev", ["Selector" => "{.diskSelector}"]);
+
+/// What became of each disk a `DiskWipeConfig` selects, id the document's name.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiskWipeStatus {
+    pub disks: Vec<DiskWipeOutcome>,
+}
+
+/// One selected disk: what it is known by across boots, and what was done.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DiskWipeOutcome {
+    pub dev_path: String,
+    /// `wwid:<WWID>` or `serial:<serial>`; empty when the disk has neither.
+    pub identity: String,
+    /// `wiped`, `wiped before` (its record is in META), or why it is not wiped.
+    pub outcome: String,
+}
+
+definition!(DiskWipeStatus, "DiskWipeStatuses.block.talos.dev", []);
+
 definition!(DiscoveryRefreshRequest, "DiscoveryRefreshRequests.block.talos.dev", ["Request" => "{.request}"]);
 definition!(DiscoveryRefreshStatus, "DiscoveryRefreshStatuses.block.talos.dev", ["Request" => "{.request}"]);
 
@@ -711,6 +742,8 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<MountRequest>()?;
     registry.register::<MountStatus>()?;
     registry.register::<UserDiskConfigStatus>()?;
+    registry.register::<DiskWipeConfig>()?;
+    registry.register::<DiskWipeStatus>()?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 
 pub mod devices;
 pub mod discovery;
+pub mod disk_wipe;
 pub mod disks;
 pub mod state_meta;
 pub mod system_disk;

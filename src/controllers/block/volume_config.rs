@@ -496,6 +496,7 @@ impl Controller for VolumeConfigController {
             Output::exclusive::<VolumeConfig>(),
             Output::exclusive::<VolumeMountRequest>(),
             Output::exclusive::<UserDiskConfigStatus>(),
+            Output::exclusive::<crate::resources::block::DiskWipeConfig>(),
         ]
     }
 
@@ -548,6 +549,11 @@ impl Controller for VolumeConfigController {
         let user_disks = view.as_ref().map(|v| user_disk_resources(&v.user_disks, resolve)).unwrap_or_default();
         if view.is_some() {
             ctx.apply(NAMESPACE, USER_DISK_CONFIG_STATUS_ID, UserDiskConfigStatus { ready: true, torn_down: false })?;
+        }
+        for wipe in view.iter().flat_map(|v| &v.disk_wipes) {
+            let spec =
+                crate::resources::block::DiskWipeConfig { disk_selector: wipe.disk_selector.as_str().to_string() };
+            ctx.apply(NAMESPACE, &wipe.name, spec)?;
         }
         for r in volume_resources(view.as_ref(), state_meta.as_ref()).into_iter().chain(user_disks) {
             let labels = BTreeMap::from([(r.label.to_string(), String::new())]);

@@ -30,8 +30,9 @@ use crate::block::{gpt, probe};
 use crate::cosi::{Changes, Context, Controller, EventSource, Input, Output, ReconcileError};
 use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
-    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, EncryptionProvider, FilesystemType,
-    MountStatus, NAMESPACE, REFRESH_ID, SystemDisk, VolumeConfig, VolumePhase, VolumeStatus, VolumeType, pretty_size,
+    DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, DiskWipeConfig, DiskWipeOutcome,
+    DiskWipeStatus, EncryptionProvider, FilesystemType, MountStatus, NAMESPACE, REFRESH_ID, SystemDisk, VolumeConfig,
+    VolumePhase, VolumeStatus, VolumeType, pretty_size,
 };
 use crate::resources::secrets::EncryptionSalt;
 use crate::services::Reaper;
@@ -57,6 +58,11 @@ pub struct VolumeManagerController {
     compiled: HashMap<(String, bool), Result<Expression, String>>,
     /// Passphrases handed over by `talosctl unlock`.
     unlocks: Arc<Unlocks>,
+    /// The node's writer of META, where the wipes done are recorded.
+    meta: Option<Arc<crate::block::meta::MetaStore>>,
+    /// The wipes this controller did since the node booted (name, identity): `wiped`, not
+    /// `wiped before`, in their status.
+    wiped_now: std::collections::BTreeSet<(String, String)>,
 }
 
 impl VolumeManagerController {
@@ -72,7 +78,15 @@ impl VolumeManagerController {
             refresh: 0,
             compiled: HashMap::new(),
             unlocks: Arc::new(Unlocks::default()),
+            meta: None,
+            wiped_now: Default::default(),
         }
+    }
+
+    /// Records the wipes of `DiskWipeConfig` documents through `meta` (without it, none runs).
+    pub fn with_meta(mut self, meta: Arc<crate::block::meta::MetaStore>) -> Self {
+        self.meta = Some(meta);
+        self
     }
 
     /// Takes the passphrases `unlocks` is given (the node's unlock RPC gives them there).
@@ -120,11 +134,16 @@ impl Controller for VolumeManagerController {
             Input::weak::<DiscoveryRefreshStatus>(NAMESPACE),
             Input::weak::<MountStatus>(NAMESPACE),
             Input::weak::<EncryptionSalt>(crate::resources::secrets::NAMESPACE),
+            Input::weak::<DiskWipeConfig>(NAMESPACE),
         ]
     }
 
     fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<VolumeStatus>(), Output::exclusive::<DiscoveryRefreshRequest>()]
+        vec![
+            Output::exclusive::<VolumeStatus>(),
+            Output::exclusive::<DiscoveryRefreshRequest>(),
+            Output::exclusive::<DiskWipeStatus>(),
+        ]
     }
 
     fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
@@ -170,6 +189,10 @@ impl Controller for VolumeManagerController {
         ctx.start_tracking_outputs();
         ctx.apply(NAMESPACE, REFRESH_ID, DiscoveryRefreshRequest { request: self.refresh })?;
         let mut retry_in: Option<Duration> = None;
+        // Wipes first: nothing is provisioned on a disk in the pass that wipes it.
+        if !self.run_wipes(ctx, &mut world, &statuses, &configs).await? {
+            retry_in = Some(volumes::RETRY_AFTER);
+        }
         for (id, config) in &configs {
             let mut status = statuses.get(id).cloned().unwrap_or_else(|| volumes::initial(config));
             // What the config says of mounting and filesystem may change while the volume lives;
@@ -301,6 +324,202 @@ impl Controller for VolumeManagerController {
     }
 }
 
+impl VolumeManagerController {
+    /// Runs the `DiskWipeConfig` wipes not done yet (see `disk_wipe`) and writes each one's
+    /// status; `false` when one should be tried again later.
+    async fn run_wipes(
+        &mut self,
+        ctx: &mut Context,
+        world: &mut World,
+        statuses: &BTreeMap<String, VolumeStatus>,
+        configs: &[(String, VolumeConfig)],
+    ) -> Result<bool, ReconcileError> {
+        use super::disk_wipe::{DISK_WIPE_TAG, Decision, decide, parse_records, with_record};
+        let wipes = ctx.list::<DiskWipeConfig>(NAMESPACE)?;
+        if wipes.is_empty() {
+            return Ok(true);
+        }
+        let mut volumes: Vec<(String, VolumeStatus)> = statuses.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        volumes.extend(self.claims(world, statuses, configs));
+        let meta_path = statuses
+            .get(super::volume_config::META)
+            .filter(|m| m.phase == VolumePhase::Ready && !m.location.is_empty())
+            .map(|m| PathBuf::from(&m.location));
+        // No wipe runs without its record: it would run again next boot.
+        let records = match (&meta_path, &self.meta) {
+            // A disk not probed yet may hold a volume no locator has had the chance to find.
+            _ if !world.discovery_settled => Err("waiting for every disk to be probed".to_string()),
+            (Some(path), Some(_)) => {
+                let path = path.clone();
+                ctx.blocking("reading the wipes done from META", move || {
+                    crate::block::meta::load(&path)
+                        .map(|m| m.get(DISK_WIPE_TAG).map(parse_records).unwrap_or_default())
+                        .map_err(|e| e.to_string())
+                })
+                .await?
+            }
+            (None, _) => Err("waiting for META, where the wipe is recorded".to_string()),
+            (_, None) => Err("no META writer here".to_string()),
+        };
+        let mut settled = true;
+        for wipe in wipes {
+            let name = wipe.metadata().id.clone();
+            let source = wipe.spec().disk_selector.clone();
+            let mut outcomes = Vec::new();
+            let matcher = match self.expression(&source, true) {
+                Ok(m) => m,
+                Err(e) => {
+                    outcomes.push(DiskWipeOutcome {
+                        outcome: format!("disk selector {source:?}: {e}"),
+                        ..Default::default()
+                    });
+                    ctx.apply(NAMESPACE, &name, DiskWipeStatus { disks: outcomes })?;
+                    continue;
+                }
+            };
+            for (disk_id, disk) in world.disks.clone() {
+                let system_disk = world.system_disk.as_deref() == Some(disk_id.as_str());
+                let hit =
+                    Vars::new().with_disk(&disk).and_then(|vars| matcher.matches(&vars.with_system_disk(system_disk)));
+                match hit {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        outcomes.push(DiskWipeOutcome {
+                            dev_path: disk.dev_path.clone(),
+                            outcome: format!("disk selector {source:?}: {e}"),
+                            ..Default::default()
+                        });
+                        continue;
+                    }
+                }
+                let records = match &records {
+                    Ok(r) => r,
+                    Err(why) => {
+                        settled = false;
+                        outcomes.push(DiskWipeOutcome {
+                            dev_path: disk.dev_path.clone(),
+                            identity: super::disk_wipe::identity(&disk).unwrap_or_default(),
+                            outcome: format!("not wiped yet: {why}"),
+                        });
+                        continue;
+                    }
+                };
+                let identity = match decide(&name, &disk, system_disk, &volumes, records) {
+                    Decision::Done(mut outcome) => {
+                        if outcome.outcome == "wiped before"
+                            && self.wiped_now.contains(&(name.clone(), outcome.identity.clone()))
+                        {
+                            outcome.outcome = "wiped".into();
+                        }
+                        outcomes.push(outcome);
+                        continue;
+                    }
+                    Decision::Wipe { identity } => identity,
+                };
+                let dev_path = disk.dev_path.clone();
+                let wiped = ctx.blocking("wiping a disk", move || wipe_disk(&dev_path)).await?;
+                let recorded = match (wiped, &meta_path, &self.meta) {
+                    (Ok(()), Some(path), Some(meta)) => {
+                        let (n, i) = (name.clone(), identity.clone());
+                        meta.update(path.clone(), move |m| {
+                            m.set(DISK_WIPE_TAG, with_record(m.get(DISK_WIPE_TAG), &n, &i))
+                        })
+                        .await
+                        .map_err(|e| format!("wiped, but recording it in META failed: {e}"))
+                    }
+                    (Ok(()), _, _) => Err("wiped, but META is gone".to_string()),
+                    (Err(e), _, _) => Err(e),
+                };
+                let outcome = match recorded {
+                    Ok(()) => {
+                        crate::kernel::console::line(&format!(
+                            "wipe {name}: {} ({identity}) wiped, and recorded in META",
+                            disk.dev_path
+                        ));
+                        self.refresh += 1;
+                        world.discovery_settled = false;
+                        self.wiped_now.insert((name.clone(), identity.clone()));
+                        "wiped".to_string()
+                    }
+                    Err(e) => {
+                        crate::kernel::console::line(&format!("wipe {name}: {}: {e}", disk.dev_path));
+                        settled = false;
+                        format!("not wiped: {e}")
+                    }
+                };
+                outcomes.push(DiskWipeOutcome { dev_path: disk.dev_path.clone(), identity, outcome });
+            }
+            ctx.apply(NAMESPACE, &name, DiskWipeStatus { disks: outcomes })?;
+        }
+        Ok(settled)
+    }
+}
+
+impl VolumeManagerController {
+    /// The places volumes not located yet would be found at this pass — a partition a
+    /// locator matches, a whole disk a disk volume's locator selects — as located statuses,
+    /// so no wipe takes a volume's data before the volume had its chance to be found.
+    fn claims(
+        &mut self,
+        world: &World,
+        statuses: &BTreeMap<String, VolumeStatus>,
+        configs: &[(String, VolumeConfig)],
+    ) -> Vec<(String, VolumeStatus)> {
+        let mut claims = Vec::new();
+        for (id, config) in configs {
+            if statuses.get(id).is_some_and(|s| !s.location.is_empty()) || volumes::is_ready_at_once(config.kind) {
+                continue;
+            }
+            let at = |location: &str, parent: &str| VolumeStatus {
+                location: location.to_string(),
+                parent_location: parent.to_string(),
+                phase: VolumePhase::Located,
+                ..VolumeStatus::default()
+            };
+            if config.kind == VolumeType::Disk {
+                let Ok(matcher) = self.expression(&config.locator.disk_match, true) else { continue };
+                for (name, disk) in &world.disks {
+                    let system_disk = world.system_disk.as_deref() == Some(name.as_str());
+                    let hit =
+                        Vars::new().with_disk(disk).and_then(|v| matcher.matches(&v.with_system_disk(system_disk)));
+                    if hit.unwrap_or(false) {
+                        claims.push((id.clone(), at(&disk.dev_path, "")));
+                    }
+                }
+            } else if !config.locator.is_empty()
+                && let Ok(Lookup::Found(v)) = self.locate_existing(config, world)
+            {
+                claims.push((id.clone(), at(&v.dev_path, &v.parent_dev_path)));
+            }
+        }
+        claims
+    }
+}
+
+/// Wipes the disk at `dev_path` (the fast method: its first and last MiB, where the partition
+/// tables and every signature are), drops the kernel's partitions of it, and announces the
+/// change, so discovery probes it again.
+fn wipe_disk(dev_path: &str) -> Result<(), String> {
+    let path = Path::new(dev_path);
+    let partitions = kernel_partitions(dev_path);
+    crate::block::wipe::fast_wipe(path).map_err(|e| e.to_string())?;
+    let device = KernelDisk::open(path).map_err(|e| e.to_string())?;
+    for part in partitions {
+        let Some(name) = Path::new(&part).file_name() else { continue };
+        let number = std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("partition"))
+            .ok()
+            .and_then(|n| n.trim().parse::<u32>().ok());
+        if let Some(n) = number {
+            device.delete_partition(n).map_err(|e| format!("dropping partition {n} of {dev_path}: {e}"))?;
+        }
+    }
+    if let Some(name) = path.file_name() {
+        let _ = std::fs::write(Path::new("/sys/class/block").join(name).join("uevent"), "change");
+    }
+    Ok(())
+}
+
 /// A step that did not go through: `again` when it only has to wait a moment (a device node
 /// not there yet), else a failure that waits for the 30 s retry.
 #[derive(Debug)]
@@ -347,21 +566,7 @@ impl VolumeManagerController {
         if config.kind == VolumeType::Disk {
             return self.locate_disk(config, status, world);
         }
-        let locator = self
-            .expression(&config.locator.expression, false)
-            .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
-        let disks = &world.disks;
-        let found = volumes::locate(&world.discovered, |v| {
-            // The locator sees the disk the volume is on, as in Talos.
-            let on = if v.parent_dev_path.is_empty() { &v.dev_path } else { &v.parent_dev_path };
-            let vars = Vars::new().with_volume(&v.cel_view())?;
-            let vars = match disks.iter().find(|(_, d)| &d.dev_path == on) {
-                Some((_, d)) => vars.with_disk(d)?,
-                None => vars,
-            };
-            locator.matches(&vars)
-        })
-        .map_err(|e| StepError::failed(format!("locator {:?}: {e}", config.locator.expression)))?;
+        let found = self.locate_existing(config, world).map_err(StepError::failed)?;
         if let Lookup::Found(v) = found {
             let parent = if v.parent_dev_path.is_empty() { String::new() } else { v.parent_dev_path.clone() };
             let mut next = VolumeStatus {
@@ -474,6 +679,24 @@ impl VolumeManagerController {
     }
 
     /// A whole-disk volume: the one disk its locator picks, as discovered.
+    /// What `config`'s locator finds among the discovered volumes (the locator sees the disk
+    /// the volume is on, as in Talos).
+    fn locate_existing<'w>(&mut self, config: &VolumeConfig, world: &'w World) -> Result<Lookup<'w>, String> {
+        let source = &config.locator.expression;
+        let locator = self.expression(source, false).map_err(|e| format!("locator {source:?}: {e}"))?;
+        let disks = &world.disks;
+        volumes::locate(&world.discovered, |v| {
+            let on = if v.parent_dev_path.is_empty() { &v.dev_path } else { &v.parent_dev_path };
+            let vars = Vars::new().with_volume(&v.cel_view())?;
+            let vars = match disks.iter().find(|(_, d)| &d.dev_path == on) {
+                Some((_, d)) => vars.with_disk(d)?,
+                None => vars,
+            };
+            locator.matches(&vars)
+        })
+        .map_err(|e| format!("locator {source:?}: {e}"))
+    }
+
     fn locate_disk(
         &mut self,
         config: &VolumeConfig,
