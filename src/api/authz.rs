@@ -121,8 +121,6 @@ pub const RULES: &[(&str, Rule)] = &[
     ("/machine.MachineService/SystemStat", READERS),
     ("/machine.MachineService/Upgrade", ADMIN_ONLY),
     ("/machine.MachineService/Version", READERS),
-    ("/machine.LifecycleService/Install", ADMIN_ONLY),
-    ("/machine.LifecycleService/Upgrade", ADMIN_ONLY),
     // Per-type checks (sensitive types) happen in the State service; writes are admin-only
     // here and refused by the service anyway: the state is read-only from outside.
     ("/cosi.resource.State/Create", ADMIN_ONLY),
