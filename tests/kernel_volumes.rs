@@ -18,13 +18,14 @@ use std::time::{Duration, Instant};
 use talosbox::block::gpt::{Guid, Table};
 use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, MountController, MountRequestController,
-    SystemDiskController, VolumeConfigController, VolumeManagerController,
+    MountStatusController, SystemDiskController, VolumeConfigController, VolumeManagerController,
 };
 use talosbox::cosi::{Controller, Harness, Resource};
 use talosbox::kernel::blockdev::BlockDevice;
 use talosbox::kernel::{loopdev, mount, swap};
 use talosbox::resources::block::{
-    FilesystemType, MountStatus, NAMESPACE, VolumeConfig, VolumePhase, VolumeStatus, VolumeType,
+    FilesystemType, MountStatus, NAMESPACE, VolumeConfig, VolumeLifecycle, VolumeMountStatus, VolumePhase,
+    VolumeStatus, VolumeType,
 };
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::services::{ReapMode, Reaper};
@@ -238,9 +239,12 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         Box::new(VolumeManagerController::new(reaper)),
         Box::new(MountRequestController),
         Box::new(MountController::under(root.clone())),
+        Box::new(MountStatusController),
     ];
     let h = Harness::start(controllers).unwrap().with_timeout(Duration::from_secs(240));
     let h = &h;
+    // What machined makes at boot: volumes stay open while it stands.
+    h.seed(NAMESPACE, VolumeLifecycle::ID, VolumeLifecycle::default()).unwrap();
 
     // Without a configuration only META and STATE, and STATE is only looked for: it is made
     // once a configuration says how (it may encrypt it).
@@ -463,6 +467,33 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     assert_eq!(std::fs::read_to_string(data_path.join("file")).unwrap(), "written on u-data\n");
     let table = Table::read(disk.file(), 3 * GIB).unwrap().expect("the GPT");
     assert_eq!(table.partitions().len(), 8, "no partition was made again");
+
+    // Each requester sees its mount.
+    let seen = h
+        .assert_eventually::<VolumeMountStatus, _>(NAMESPACE, "u-data", "u-data's mount status", |r| r.is_some())
+        .await
+        .unwrap();
+    assert_eq!((seen.spec().volume_id.as_str(), seen.spec().target.as_str()), ("u-data", "/var/mnt/data"));
+    assert!(seen.spec().secure, "{:?}", seen.spec());
+    let lifecycle = h.state().get::<VolumeLifecycle>(NAMESPACE, VolumeLifecycle::ID).unwrap();
+    assert!(lifecycle.metadata().finalizers.contains("VolumeManagerController"), "held while open");
+
+    // Shutdown: the lifecycle torn down closes every volume but META, children unmounted
+    // before their parents, and is let go once nothing is mounted.
+    h.state().teardown::<VolumeLifecycle>(NAMESPACE, VolumeLifecycle::ID, "").unwrap();
+    h.assert_eventually::<VolumeLifecycle, _>(NAMESPACE, VolumeLifecycle::ID, "the lifecycle let go", |r| {
+        r.is_some_and(|r| r.metadata().finalizers.is_empty())
+    })
+    .await;
+    for r in h.state().list::<VolumeStatus>(NAMESPACE) {
+        let want = if r.id() == "META" { VolumePhase::Ready } else { VolumePhase::Closed };
+        assert_eq!(r.spec().phase, want, "{}", r.id());
+    }
+    let left: Vec<PathBuf> = mounts().into_iter().map(|m| m.target).filter(|t| t.starts_with(&root)).collect();
+    assert!(left.is_empty(), "still mounted after the close: {left:?}");
+    assert!(h.state().list::<MountStatus>(NAMESPACE).is_empty(), "mount statuses left");
+    assert!(h.state().list::<VolumeMountStatus>(NAMESPACE).is_empty(), "volume mount statuses left");
+    assert_eq!(std::fs::read_to_string(data_path.join("file")).ok(), None, "u-data's file is off the tree");
 
     cancel.cancel();
     drop(disk);

@@ -129,6 +129,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     ));
     all.push((Scope::NodeOnly, Box::new(block::MountRequestController)));
     all.push((Scope::NodeOnly, Box::new(block::MountController::new())));
+    all.push((Scope::NodeOnly, Box::new(block::MountStatusController)));
     all.push((Scope::NodeOnly, Box::new(secrets::EncryptionSaltController::new())));
     all.push((Scope::NodeOnly, Box::new(MetaLoadController::new(env.meta.subscribe()))));
     all.push((Scope::NodeOnly, Box::new(block::StateEncryptionMetaController::new(Arc::clone(&env.meta)))));

@@ -41,6 +41,7 @@ use crate::kernel::cmdline::Cmdline;
 use crate::kernel::console;
 use crate::kernel::power::{self, PowerAction};
 use crate::platform::Platform;
+use crate::resources::block::{NAMESPACE as BLOCK_NAMESPACE, VolumeLifecycle};
 use crate::resources::runtime::{MachineStage, MachineStatus, NAMESPACE, ShutdownAction, ShutdownRequest};
 use crate::services::{LogRing, Program, ReapMode, Reaper, ServiceDefinition, Supervisor};
 use config_store::ConfigStore;
@@ -128,6 +129,8 @@ pub const CMDLINE_FILE: &str = "cmdline";
 const SERVICE_STOP_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long after the first settled stage the idle memory line is printed.
 const IDLE_MEMORY_AFTER: Duration = Duration::from_secs(10);
+/// How long the volume manager has to close the volumes at shutdown.
+const VOLUME_CLOSE_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
 pub enum MachinedError {
@@ -410,6 +413,11 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
 
     if *mode == Mode::Node {
+        // The volume manager holds it while volumes are open; torn down at shutdown.
+        let lifecycle = Resource::new(BLOCK_NAMESPACE, VolumeLifecycle::ID, VolumeLifecycle::default());
+        if let Err(e) = state.create(lifecycle, "") {
+            console::line(&format!("machined: the volume lifecycle: {e}"));
+        }
         tokio::spawn(state_volume::settle_store(state.clone(), store.clone(), cancel.clone()));
         modules::start();
         let (presses, mut pressed) = mpsc::unbounded_channel();
@@ -529,6 +537,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let shown = stage_rx.wait_for(|s| matches!(s, MachineStage::Rebooting | MachineStage::ShuttingDown));
     let _ = tokio::time::timeout(Duration::from_secs(3), shown).await;
     supervisor.stop_all().await;
+    close_volumes(&state).await;
     cancel.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(3), async {
         let _ = runtime_task.await;
@@ -536,6 +545,39 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     })
     .await;
     Ok(action)
+}
+
+/// Tears the volume lifecycle down and waits (up to [`VOLUME_CLOSE_TIMEOUT`]) for the volume
+/// manager to close every volume and let it go: unmounted, encrypted mappings closed. What is
+/// left after that is unmounted and closed bluntly by `power_down`.
+async fn close_volumes(state: &crate::cosi::State) {
+    let mut watch = state.watch::<VolumeLifecycle>(BLOCK_NAMESPACE, VolumeLifecycle::ID);
+    match state.teardown::<VolumeLifecycle>(BLOCK_NAMESPACE, VolumeLifecycle::ID, "") {
+        Ok(_) => {}
+        Err(e) if e.is_not_found() => return,
+        Err(e) => {
+            console::line(&format!("machined: closing the volumes: {e}"));
+            return;
+        }
+    }
+    let released = async {
+        loop {
+            match state.find::<VolumeLifecycle>(BLOCK_NAMESPACE, VolumeLifecycle::ID) {
+                Ok(Some(l)) if !l.metadata().finalizers.is_empty() => {}
+                _ => return,
+            }
+            if watch.next().await.is_err() {
+                return;
+            }
+        }
+    };
+    if tokio::time::timeout(VOLUME_CLOSE_TIMEOUT, released).await.is_err() {
+        console::line(&format!(
+            "machined: the volumes were not all closed within {} s",
+            VOLUME_CLOSE_TIMEOUT.as_secs()
+        ));
+    }
+    let _ = state.destroy::<VolumeLifecycle>(BLOCK_NAMESPACE, VolumeLifecycle::ID, "");
 }
 
 /// A node service's definition for `mode`: its sockets and addresses as arguments, and its

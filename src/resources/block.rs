@@ -597,6 +597,42 @@ definition!(VolumeMountRequest, "VolumeMountRequests.block.talos.dev", [
     "Requester" => "{.requester}",
 ]);
 
+/// A mount carried out, seen by one requester: Talos's `VolumeMountStatus`, id that of the
+/// requester's `VolumeMountRequest`. A requester that uses the mount holds it with a
+/// finalizer; the mount is taken down only once every one of them has let go.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct VolumeMountStatus {
+    #[serde(rename = "volumeID")]
+    pub volume_id: String,
+    pub requester: String,
+    pub target: String,
+    pub read_only: bool,
+    pub detached: bool,
+    pub disable_access_time: bool,
+    pub secure: bool,
+    pub no_exec: bool,
+}
+
+definition!(VolumeMountStatus, "VolumeMountStatuses.block.talos.dev", [
+    "Volume ID" => "{.volumeID}",
+    "Requester" => "{.requester}",
+    "Target" => "{.target}",
+]);
+
+/// Talos's `VolumeLifecycle` (id [`VolumeLifecycle::ID`]): while it stands, the volume
+/// manager keeps volumes open; machined tears it down at shutdown, and the manager then
+/// closes every volume (unmounted first, LUKS2 mappings closed, phase `closed`) before it
+/// lets it go. META is never closed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeLifecycle {}
+
+impl VolumeLifecycle {
+    pub const ID: &'static str = "volumes";
+}
+
+definition!(VolumeLifecycle, "VolumeLifecycles.block.talos.dev", []);
+
 /// What a ready volume is to be mounted with: Talos's `MountRequest`, id the volume's; the
 /// merge of its `VolumeMountRequest`s, with the parent mount it goes under.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -742,6 +778,8 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<MountRequest>()?;
     registry.register::<MountStatus>()?;
     registry.register::<UserDiskConfigStatus>()?;
+    registry.register::<VolumeMountStatus>()?;
+    registry.register::<VolumeLifecycle>()?;
     registry.register::<DiskWipeConfig>()?;
     registry.register::<DiskWipeStatus>()?;
     Ok(())

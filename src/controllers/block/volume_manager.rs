@@ -32,7 +32,7 @@ use crate::kernel::blockdev::BlockDevice as KernelDisk;
 use crate::resources::block::{
     DiscoveredVolume, DiscoveryRefreshRequest, DiscoveryRefreshStatus, Disk, DiskWipeConfig, DiskWipeOutcome,
     DiskWipeStatus, EncryptionProvider, FilesystemType, MountStatus, NAMESPACE, REFRESH_ID, SystemDisk, VolumeConfig,
-    VolumePhase, VolumeStatus, VolumeType, pretty_size,
+    VolumeLifecycle, VolumePhase, VolumeStatus, VolumeType, pretty_size,
 };
 use crate::resources::secrets::EncryptionSalt;
 use crate::services::Reaper;
@@ -40,6 +40,9 @@ use std::path::Path;
 
 /// How long a device node may take to appear after the kernel is told of a partition.
 const DEVICE_NODE_WAIT: Duration = Duration::from_secs(1);
+/// How soon a volume being closed is looked at again when nothing else wakes the manager
+/// (a mapping still busy).
+const CLOSE_RETRY: Duration = Duration::from_secs(1);
 /// The most steps one volume takes in one pass (Waiting → Ready is four).
 const MAX_STEPS: usize = 8;
 
@@ -135,6 +138,7 @@ impl Controller for VolumeManagerController {
             Input::weak::<MountStatus>(NAMESPACE),
             Input::weak::<EncryptionSalt>(crate::resources::secrets::NAMESPACE),
             Input::weak::<DiskWipeConfig>(NAMESPACE),
+            Input::strong::<VolumeLifecycle>(NAMESPACE),
         ]
     }
 
@@ -185,6 +189,30 @@ impl Controller for VolumeManagerController {
 
         let mounted: std::collections::BTreeSet<String> =
             ctx.list::<MountStatus>(NAMESPACE)?.into_iter().map(|r| r.metadata().id.clone()).collect();
+
+        // While the lifecycle stands the volumes stay open; once machined tears it down (the
+        // node is going down) every volume is closed, and nothing is located or made.
+        match ctx.get::<VolumeLifecycle>(NAMESPACE, VolumeLifecycle::ID)? {
+            Some(lifecycle) if lifecycle.is_running() => ctx.hold(&lifecycle)?,
+            Some(lifecycle) => {
+                let mut closed = true;
+                for (id, status) in &statuses {
+                    if id != super::volume_config::META {
+                        closed &= self.close(ctx, id, status, mounted.contains(id)).await?;
+                    }
+                }
+                if closed {
+                    if lifecycle.metadata().finalizers.contains(&self.name()) {
+                        crate::kernel::console::line("volumes: every volume is closed");
+                    }
+                    ctx.release(&lifecycle)?;
+                } else {
+                    ctx.requeue_after(CLOSE_RETRY);
+                }
+                return Ok(());
+            }
+            None => {}
+        }
 
         ctx.start_tracking_outputs();
         ctx.apply(NAMESPACE, REFRESH_ID, DiscoveryRefreshRequest { request: self.refresh })?;
@@ -305,11 +333,18 @@ impl Controller for VolumeManagerController {
                 ctx.get::<VolumeConfig>(NAMESPACE, id)?.map(|r| r.metadata().labels.clone()).unwrap_or_default();
             ctx.apply_labeled(NAMESPACE, id, status, labels)?;
         }
-        // A volume taken away: its status goes (once unmounted), then the config is let go.
+        // A volume taken away is closed (unmounted, its mapping closed), then its status goes
+        // and the config is let go.
         for config in &leaving {
             let id = &config.metadata().id;
             self.failed_at.remove(id);
             self.failed_config.remove(id);
+            if let Some(status) = statuses.get(id)
+                && !self.close(ctx, id, status, mounted.contains(id)).await?
+            {
+                retry_in = Some(retry_in.map_or(CLOSE_RETRY, |r| r.min(CLOSE_RETRY)));
+                continue;
+            }
             if ctx.remove::<VolumeStatus>(NAMESPACE, id)? {
                 ctx.release(config)?;
             }
@@ -457,6 +492,52 @@ impl VolumeManagerController {
 }
 
 impl VolumeManagerController {
+    /// Takes volume `id` one step further in being closed (see [`volumes::close_step`]): true
+    /// once it is closed.
+    async fn close(
+        &mut self,
+        ctx: &mut Context,
+        id: &str,
+        status: &VolumeStatus,
+        mounted: bool,
+    ) -> Result<bool, ReconcileError> {
+        let mapping = format!("luks2-{id}");
+        let mut status = status.clone();
+        // Mark, close the mapping, done: three steps at most in a pass.
+        for _ in 0..3 {
+            let mapping_open = status.encryption_provider == EncryptionProvider::Luks2 && {
+                let name = mapping.clone();
+                ctx.blocking("looking up a dm-crypt mapping", move || crate::kernel::dm::find(&name))
+                    .await?
+                    .is_ok_and(|m| m.is_some())
+            };
+            match volumes::close_step(status.phase, mounted, mapping_open) {
+                volumes::CloseStep::MarkClosed => {
+                    crate::kernel::console::line(&format!("volume {id}: closing"));
+                    status = volumes::advance(&status, VolumePhase::Closed);
+                    let labels = ctx
+                        .get::<VolumeStatus>(NAMESPACE, id)?
+                        .map(|r| r.metadata().labels.clone())
+                        .unwrap_or_default();
+                    ctx.apply_labeled(NAMESPACE, id, status.clone(), labels)?;
+                }
+                volumes::CloseStep::WaitUnmount => return Ok(false),
+                volumes::CloseStep::CloseMapping => {
+                    let name = mapping.clone();
+                    match ctx.blocking("closing a dm-crypt mapping", move || crate::kernel::dm::remove(&name)).await? {
+                        Ok(_) => crate::kernel::console::line(&format!("volume {id}: closed {mapping}")),
+                        Err(e) => {
+                            crate::kernel::console::line(&format!("volume {id}: closing {mapping}: {e}; trying again"));
+                            return Ok(false);
+                        }
+                    }
+                }
+                volumes::CloseStep::Done => return Ok(true),
+            }
+        }
+        Ok(false)
+    }
+
     /// The places volumes not located yet would be found at this pass — a partition a
     /// locator matches, a whole disk a disk volume's locator selects — as located statuses,
     /// so no wipe takes a volume's data before the volume had its chance to be found.

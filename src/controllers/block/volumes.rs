@@ -82,6 +82,34 @@ pub fn next_step(i: &PhaseInputs) -> Step {
     }
 }
 
+/// The next step in closing a volume (at shutdown, or when its document goes): Talos's
+/// close path, run backwards through the phases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseStep {
+    /// Say `closed`: the volume's mount request goes, and the mount controller unmounts it.
+    MarkClosed,
+    /// Wait for the mount (and its children) to be taken down.
+    WaitUnmount,
+    /// Close the volume's dm-crypt mapping, now that nothing is mounted from it.
+    CloseMapping,
+    /// Nothing more to do.
+    Done,
+}
+
+/// What closing a volume in `phase` takes next, given whether it is still mounted and whether
+/// its encrypted mapping is still open.
+pub fn close_step(phase: VolumePhase, mounted: bool, mapping_open: bool) -> CloseStep {
+    if phase != VolumePhase::Closed {
+        CloseStep::MarkClosed
+    } else if mounted {
+        CloseStep::WaitUnmount
+    } else if mapping_open {
+        CloseStep::CloseMapping
+    } else {
+        CloseStep::Done
+    }
+}
+
 /// Whether every volume of a wave below `wave` is ready; and if not, the lowest such wave.
 /// `volumes` are the others the node provisions (those it only locates hold no wave back).
 pub fn earlier_waves_ready(wave: i64, volumes: &[(i64, VolumePhase)]) -> Result<(), i64> {
@@ -355,6 +383,21 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
     const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn closing_unmounts_then_closes_the_mapping() {
+        let cases = [
+            ("a ready volume is marked first", close_step(Ready, true, true), CloseStep::MarkClosed),
+            ("so is a failed one", close_step(Failed, false, false), CloseStep::MarkClosed),
+            ("a waiting one too", close_step(Waiting, false, false), CloseStep::MarkClosed),
+            ("mounted: wait", close_step(Closed, true, true), CloseStep::WaitUnmount),
+            ("unmounted and open: close it", close_step(Closed, false, true), CloseStep::CloseMapping),
+            ("unmounted and plain: done", close_step(Closed, false, false), CloseStep::Done),
+        ];
+        for (what, got, want) in cases {
+            assert_eq!(got, want, "{what}");
+        }
+    }
 
     fn inputs(phase: VolumePhase) -> PhaseInputs {
         PhaseInputs {
