@@ -62,6 +62,10 @@ pub enum BlockDevError {
     Partition { op: &'static str, device: PathBuf, number: u32, start: u64, length: u64, source: std::io::Error },
     #[error("re-reading the partition table of {}: {source}", device.display())]
     Reread { device: PathBuf, source: std::io::Error },
+    #[error("{} is locked by another writer (waited {} s); trying again later", device.display(), waited.as_secs())]
+    Locked { device: PathBuf, waited: std::time::Duration },
+    #[error("locking {}: {source}", device.display())]
+    Lock { device: PathBuf, source: std::io::Error },
 }
 
 impl BlockDevError {
@@ -72,7 +76,9 @@ impl BlockDevError {
             BlockDevError::Open { source, .. }
             | BlockDevError::Query { source, .. }
             | BlockDevError::Partition { source, .. }
-            | BlockDevError::Reread { source, .. } => source.raw_os_error(),
+            | BlockDevError::Reread { source, .. }
+            | BlockDevError::Lock { source, .. } => source.raw_os_error(),
+            BlockDevError::Locked { .. } => Some(rustix::io::Errno::WOULDBLOCK.raw_os_error()),
         }
     }
 }
@@ -93,6 +99,34 @@ impl BlockDevice {
             .open(path)
             .map_err(|source| BlockDevError::Open { device: path.into(), source })?;
         Ok(BlockDevice { file, path: path.into() })
+    }
+
+    /// Opens the whole disk at `path` and takes its exclusive lock (BSD `flock`, the
+    /// convention udev and Talos keep for writers of a disk), waiting up to `timeout`. The lock
+    /// lasts as long as the returned device is open.
+    pub fn open_locked(path: &Path, timeout: std::time::Duration) -> Result<BlockDevice, BlockDevError> {
+        let dev = BlockDevice::open(path)?;
+        dev.lock(timeout)?;
+        Ok(dev)
+    }
+
+    /// Takes the exclusive lock on this device's open file, waiting up to `timeout`.
+    pub fn lock(&self, timeout: std::time::Duration) -> Result<(), BlockDevError> {
+        use rustix::fs::{FlockOperation, flock};
+        let started = std::time::Instant::now();
+        loop {
+            match flock(&self.file, FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => return Ok(()),
+                Err(rustix::io::Errno::WOULDBLOCK) if started.elapsed() < timeout => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(rustix::io::Errno::WOULDBLOCK) => {
+                    return Err(BlockDevError::Locked { device: self.path.clone(), waited: started.elapsed() });
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(e) => return Err(BlockDevError::Lock { device: self.path.clone(), source: e.into() }),
+            }
+        }
     }
 
     /// The device's file, to read and write the partition table through.
@@ -188,5 +222,32 @@ impl BlockDevice {
         // `datalen` bytes that lives on this stack frame for the whole call; the kernel only
         // reads both.
         unsafe { ioctl(self.file.as_fd(), Setter::<BLKPG, BlkpgIoctlArg>::new(arg)) }.map_err(|e| fail(e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_second_writer_waits_for_the_lock_then_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk.img");
+        std::fs::File::create(&disk).and_then(|f| f.set_len(1 << 20)).unwrap();
+        let first = BlockDevice::open_locked(&disk, Duration::from_secs(1)).unwrap();
+        let started = Instant::now();
+        let refused = BlockDevice::open_locked(&disk, Duration::from_millis(300)).unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(300), "it waited");
+        assert!(matches!(refused, BlockDevError::Locked { .. }), "{refused}");
+        assert!(refused.to_string().contains("locked by another writer"), "{refused}");
+        // Let go: the next writer gets it while it waits.
+        let waiter = std::thread::spawn({
+            let disk = disk.clone();
+            move || BlockDevice::open_locked(&disk, Duration::from_secs(5)).map(|_| ())
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        drop(first);
+        waiter.join().unwrap().unwrap();
     }
 }

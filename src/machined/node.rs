@@ -284,6 +284,17 @@ pub fn wipe_block_device(
     use crate::block::wipe;
     use crate::kernel::console;
     let path = dev.join(&wipe.device);
+    // The volume manager's lock on the whole disk: no wipe while it partitions or encrypts.
+    let whole = std::fs::canonicalize(sys_class_block.join(&wipe.device))
+        .ok()
+        .filter(|p| p.join("partition").is_file())
+        .and_then(|p| p.parent().and_then(|d| d.file_name()).map(|d| dev.join(d)))
+        .unwrap_or_else(|| path.clone());
+    let _locked = crate::kernel::blockdev::BlockDevice::open_locked(&whole, std::time::Duration::from_secs(10))
+        .map_err(|e| match e {
+            crate::kernel::blockdev::BlockDevError::Locked { .. } => Status::unavailable(e.to_string()),
+            e => Status::internal(e.to_string()),
+        })?;
     match wipe::wipe(&path, wipe.method) {
         Ok(size) => console::line(&format!("wipe: {} wiped ({:?}, {size} bytes)", path.display(), wipe.method)),
         Err(e) if e.in_use() => {

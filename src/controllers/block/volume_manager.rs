@@ -584,8 +584,8 @@ impl VolumeManagerController {
 fn wipe_disk(dev_path: &str) -> Result<(), String> {
     let path = Path::new(dev_path);
     let partitions = kernel_partitions(dev_path);
+    let device = lock_disk(path)?;
     crate::block::wipe::fast_wipe(path).map_err(|e| e.to_string())?;
-    let device = KernelDisk::open(path).map_err(|e| e.to_string())?;
     for part in partitions {
         let Some(name) = Path::new(&part).file_name() else { continue };
         let number = std::fs::read_to_string(Path::new("/sys/class/block").join(name).join("partition"))
@@ -907,8 +907,10 @@ impl VolumeManagerController {
         }
         let given = self.unlocks.take(id);
         let passphrase = given.as_ref().map(|g| g.passphrase.clone());
+        let disk = if status.parent_location.is_empty() { location.clone() } else { status.parent_location.clone() };
         let opened = ctx
             .blocking("opening an encrypted volume", move || {
+                let _locked = lock_disk(Path::new(&disk))?;
                 open_encrypted(&location, &volume_id, &spec, salt.as_deref().map(|s| s.as_slice()), passphrase.as_ref())
             })
             .await?;
@@ -1101,7 +1103,7 @@ fn disk_free_space(disk: &Path) -> Result<FreeSpace, String> {
 /// already on the disk is never made twice: the volume waits for discovery to see it. (An
 /// unlabelled one, a `machine.disks` partition, is found again by its index instead.)
 fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: u64) -> Result<gpt::Placed, String> {
-    let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
+    let dev = lock_disk(disk)?;
     let mut table = table_of(&dev)?;
     if let Some(existing) = table.partitions().into_iter().find(|p| !label.is_empty() && p.partition.name == label) {
         return Err(format!(
@@ -1122,12 +1124,23 @@ fn add_partition(disk: &Path, volume: &str, label: &str, type_uuid: &str, size: 
 /// Grows partition `index` into the free space after it (up to `max`), moving the backup
 /// table to the disk's end first; the new size, or `None` when it did not grow.
 fn grow_partition(disk: &Path, index: u32, max: u64) -> Result<Option<u64>, String> {
-    let dev = KernelDisk::open(disk).map_err(|e| e.to_string())?;
+    let dev = lock_disk(disk)?;
     let mut table = table_of(&dev)?;
     let Some(grown) = table.grow_partition(index, max).map_err(|e| e.to_string())? else { return Ok(None) };
     table.write(dev.file()).map_err(|e| e.to_string())?;
     dev.resize_partition(grown.number, grown.offset, grown.size).map_err(|e| e.to_string())?;
     Ok(Some(grown.size))
+}
+
+/// How long a writer of a disk waits for another to let go of it (Talos's 10 s); past that
+/// the step fails and is tried again at the next retry.
+const DISK_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The whole disk at `disk`, opened and exclusively locked while the returned device lives:
+/// partitioning, growing, encrypting and wiping never interleave on one disk (the API's wipe
+/// takes the same lock).
+fn lock_disk(disk: &Path) -> Result<KernelDisk, String> {
+    KernelDisk::open_locked(disk, DISK_LOCK_TIMEOUT).map_err(|e| e.to_string())
 }
 
 /// Writes a swap header over the start of `device` (of `size` bytes) with a fresh random UUID.
