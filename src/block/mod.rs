@@ -1,13 +1,14 @@
 //! Block devices and what is on them, read without mounting: the GUID partition table (read,
 //! placed and written for the imager and the volume manager), the node's own blkid (`probe`),
 //! the two file systems a nocloud seed comes on (vfat and ISO 9660) and the files of their
-//! root directories, the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
+//! root directories (and FAT32 written, `fat_write`), the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
 //! META partition's key/value format and its one writer (`meta`), LUKS2 headers, keyslots and
 //! dm-crypt tables (`luks2`), the swap area header (`swap`), the CEL expressions that volume
 //! configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`).
 
 pub mod encryption;
 pub mod fat;
+pub mod fat_write;
 pub mod format;
 pub mod gpt;
 pub mod iso9660;
