@@ -4,6 +4,7 @@
 pub mod api;
 pub mod applets;
 pub mod block;
+pub mod boot;
 pub mod client;
 pub mod config;
 pub mod controllers;

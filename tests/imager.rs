@@ -16,8 +16,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-const ARTIFACTS: &[&str] =
-    &["disk.raw", "initramfs.lz4", "kernel-version", "rootfs-packages", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+const ARTIFACTS: &[&str] = &[
+    "cmdline",
+    "disk.raw",
+    "initramfs.lz4",
+    "kernel-version",
+    "rootfs-packages",
+    "rootfs.sqsh",
+    "talosbox.efi",
+    "version",
+    "vmlinuz",
+];
 
 /// The programs images/qemu.yaml carries, as the node runs them, and the file each one is.
 const PROGRAMS: &[(&str, &str)] =
@@ -97,6 +106,28 @@ fn imager_builds_reproducible_bootable_artifacts() {
     sh(&format!("xfs_repair -n -f {}", boot.display()));
     let label = sh(&format!("xfs_admin -l {}", boot.display()));
     assert!(label.contains("\"BOOT\""), "xfs label: {label}");
+    // BOOT holds slot A (the kernel, initramfs, command line and version of these artifacts),
+    // grub.cfg with A's entry, and GRUB's environment block booting A, as grub-editenv reads it.
+    let boot_mnt = base.join("boot-mnt");
+    std::fs::create_dir_all(&boot_mnt).unwrap();
+    sh(&format!("mount -o loop,ro {} {}", boot.display(), boot_mnt.display()));
+    let read_boot = |p: &str| std::fs::read(boot_mnt.join(p));
+    let slot_a = (read_boot("A/vmlinuz"), read_boot("A/initramfs.lz4"), read_boot("A/cmdline"), read_boot("A/version"));
+    let cfg = std::fs::read_to_string(boot_mnt.join("grub/grub.cfg")).unwrap_or_default();
+    let env = sh(&format!("grub-editenv {} list", boot_mnt.join("grub/grubenv").display()));
+    sh(&format!("umount {}", boot_mnt.display()));
+    assert_eq!(slot_a.0.ok(), std::fs::read(a.join("vmlinuz")).ok(), "A/vmlinuz is the kernel");
+    assert_eq!(slot_a.1.ok(), std::fs::read(a.join("initramfs.lz4")).ok(), "A/initramfs.lz4 is the initramfs");
+    assert_eq!(slot_a.2.ok(), std::fs::read(a.join("cmdline")).ok(), "A/cmdline");
+    assert_eq!(slot_a.3.ok(), std::fs::read(a.join("version")).ok(), "A/version");
+    assert!(
+        cfg.contains("--id A {") && cfg.contains("talosbox.slot=A") && cfg.contains("save_env next_entry"),
+        "{cfg}"
+    );
+    assert!(cfg.contains("set timeout=1\n"), "the profile's timeout: {cfg}");
+    assert_eq!(env, "saved_entry=A\n");
+    let cmdline = std::fs::read_to_string(a.join("cmdline")).unwrap();
+    assert!(cmdline.contains("panic=10"), "a node that panics reboots (and falls back): {cmdline}");
 
     // The rootfs (a zstd squashfs) holds the binary under its names, os-release, and the
     // module tree machined and the kernel's requests load from, with the start list.
@@ -110,6 +141,9 @@ fn imager_builds_reproducible_bootable_artifacts() {
         "squashfs-root/sbin/modprobe".to_string(),
         "squashfs-root/etc/os-release".to_string(),
         "squashfs-root/etc/talosbox/modules".to_string(),
+        "squashfs-root/usr/lib/talosbox/grub/BOOTX64.EFI".to_string(),
+        "squashfs-root/usr/lib/talosbox/grub/core.img".to_string(),
+        "squashfs-root/usr/lib/talosbox/grub/boot.img".to_string(),
         format!("squashfs-root/lib/modules/{release}/modules.dep"),
         format!("squashfs-root/lib/modules/{release}/modules.alias"),
         format!("squashfs-root/lib/modules/{release}/kernel/fs/xfs/xfs.ko"),

@@ -50,6 +50,10 @@ struct Cli {
     /// initramfs: a custom init booted down every path (the boot bench's trivial init).
     #[arg(long)]
     initramfs: Option<PathBuf>,
+    /// The version the image says it is (os-release, the UKI, the `version` artifact, what a
+    /// node's `talosctl version` reports) [default: this binary's].
+    #[arg(long, value_name = "VERSION")]
+    os_version: Option<String>,
 }
 
 pub fn main(args: Vec<OsString>) -> ExitCode {
@@ -93,6 +97,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         kernel,
         files,
         initramfs: cli.initramfs,
+        version: cli.os_version,
     };
     let progress = imager::Progress::new();
     match imager::build(&opts, &progress) {

@@ -2,19 +2,18 @@
 //! disk with GRUB, checksums) from the binary, a kernel and a profile under `images/`.
 //!
 //! It is build-time code and drives host tools where no library does the job: mksquashfs
-//! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.fat + mtools (EFI system
-//! partition), mkfs.xfs under libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB
-//! images), apt/dpkg (the Debian kernel) and dpkg-query (the packages of the host programs the
-//! rootfs carries). The cpio archive, the UKI, GRUB's boot sector patching and the
-//! shared-library closure of a carried program are done here in Rust, the GPT by
-//! [`crate::block::gpt`].
+//! (rootfs), zstd/lz4/xz/gzip (initramfs compression), depmod (module data), mkfs.xfs under
+//! libfaketime (BOOT, as Talos formats it), grub-mkimage (GRUB images), apt/dpkg (the Debian
+//! kernel) and dpkg-query (the packages of the host programs the rootfs carries). The cpio
+//! archive, the UKI and the shared-library closure of a carried program are done here in Rust;
+//! disk.raw's boot partitions (GPT, GRUB's boot code, the FAT32 ESP, slot A on BOOT) are
+//! written by [`crate::boot`], the same code a node installs itself with.
 //! Every artifact must be bit-identical across builds: nothing may read the clock, random
 //! sources or the output path into an artifact; every time is the profile's epoch and every
 //! GUID/volume id is derived from it.
 
 pub mod cpio;
 pub mod elf;
-pub mod grub;
 pub mod host;
 pub mod kernel;
 pub mod packages;
@@ -31,19 +30,25 @@ use std::time::Instant;
 use crate::block::gpt::{self, Guid};
 use profile::{Compression, Profile};
 
+use crate::boot::grub;
 /// Labels and type GUIDs of Talos's boot disk.
-pub const EFI_LABEL: &str = "EFI";
-pub const BIOS_LABEL: &str = "BIOS";
-pub const BOOT_LABEL: &str = "BOOT";
-pub const META_LABEL: &str = "META";
-pub const EFI_SYSTEM_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
-pub const BIOS_BOOT_TYPE: &str = "21686148-6449-6E6F-744E-656564454649";
-pub const LINUX_DATA_TYPE: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+pub use crate::boot::{
+    BIOS_BOOT_TYPE, BIOS_LABEL, BOOT_LABEL, EFI_LABEL, EFI_SYSTEM_TYPE, LINUX_DATA_TYPE, META_LABEL,
+};
 
 /// Artifact names, in SHA256SUMS order, for an initramfs named `initramfs`.
 pub fn artifact_names(initramfs: &str) -> Vec<&str> {
-    let mut names =
-        vec!["disk.raw", initramfs, "kernel-version", "rootfs-packages", "rootfs.sqsh", "talosbox.efi", "vmlinuz"];
+    let mut names = vec![
+        "cmdline",
+        "disk.raw",
+        initramfs,
+        "kernel-version",
+        "rootfs-packages",
+        "rootfs.sqsh",
+        "talosbox.efi",
+        "version",
+        "vmlinuz",
+    ];
     names.sort_unstable();
     names
 }
@@ -98,6 +103,10 @@ pub enum ImagerError {
     Whitespace { path: PathBuf },
     #[error("--initramfs {}: neither a cpio archive nor zstd, xz, lz4 or gzip", path.display())]
     UnknownInitramfs { path: PathBuf },
+    #[error("--os-version {0:?}: one token of letters, digits, '.', '-', '+' and '_'")]
+    Version(String),
+    #[error("writing disk.raw: {0}")]
+    Install(#[from] crate::boot::install::InstallError),
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> ImagerError + 'a {
@@ -115,6 +124,9 @@ pub struct Options {
     /// An initramfs to carry instead of building the rootfs and initramfs (a custom init, the
     /// boot bench's trivial one): the UKI and the disk are built around it.
     pub initramfs: Option<PathBuf>,
+    /// The version the image says it is (os-release, the UKI's `.osrel`, the `version`
+    /// artifact, the node's `talosctl version`); this binary's own by default.
+    pub version: Option<String>,
 }
 
 /// The initramfs name for a file's contents, by its compression's magic number.
@@ -158,15 +170,7 @@ impl Default for Progress {
 /// Builds every artifact into `opts.output`; returns (name, size, sha256) per artifact.
 pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, String)>, ImagerError> {
     let profile = Profile::load(&opts.profile)?;
-    let mut tools = vec![
-        host::MKSQUASHFS,
-        host::DEPMOD,
-        host::MKFS_XFS,
-        host::MKFS_FAT,
-        host::MMD,
-        host::MCOPY,
-        host::GRUB_MKIMAGE,
-    ];
+    let mut tools = vec![host::MKSQUASHFS, host::DEPMOD, host::MKFS_XFS, host::GRUB_MKIMAGE];
     tools.extend(compressor(profile.initramfs_compression));
     if !matches!(opts.kernel, kernel::Source::Paths { .. }) {
         tools.extend([host::DPKG, host::DPKG_DEB]);
@@ -187,6 +191,13 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     if work.to_string_lossy().contains(char::is_whitespace) {
         return Err(ImagerError::Whitespace { path: work });
     }
+
+    let version = opts.version.clone().unwrap_or_else(|| crate::version::VERSION.to_string());
+    if version.is_empty() || !version.chars().all(|c| c.is_ascii_alphanumeric() || ".-+_".contains(c)) {
+        return Err(ImagerError::Version(version));
+    }
+    progress.step("GRUB: the EFI application and the BIOS core image (grub-mkimage)");
+    let grub = build_grub_images(&work, &opts.files)?;
 
     let kernel = kernel::resolve(&opts.kernel, &work, &|m| progress.step(m))?;
     progress.step(&format!("kernel: release {}", kernel.release));
@@ -223,7 +234,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
         None => {
             let name = profile.initramfs_compression.initramfs_name();
             remove_stale_initramfs(out, name)?;
-            build_root(&work, out, &binary, &needs, &kernel, &profile, progress)?;
+            build_root(&work, out, &binary, &needs, &kernel, &profile, &grub, &version, progress)?;
             (name, out.join(name))
         }
     };
@@ -233,11 +244,23 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
     set_mode(&vmlinuz, 0o644)?;
     std::fs::write(out.join("kernel-version"), &kernel.description).map_err(io("writing", out))?;
 
-    progress.step("talosbox.efi: assembling the UKI");
-    write_uki(&out.join("talosbox.efi"), &opts.files, &profile, &vmlinuz, &initramfs)?;
+    // What a slot on BOOT holds beside the kernel and initramfs, and what an upgrade takes.
+    std::fs::write(out.join("cmdline"), format!("{}\n", profile.cmdline.trim()))
+        .map_err(io("writing cmdline in", out))?;
+    std::fs::write(out.join("version"), format!("{version}\n")).map_err(io("writing version in", out))?;
 
-    progress.step("disk.raw: GRUB images, EFI and BOOT filesystems, GPT");
-    write_disk(&work, &out.join("disk.raw"), &opts.files, &profile, &vmlinuz, &initramfs)?;
+    progress.step("talosbox.efi: assembling the UKI");
+    write_uki(&out.join("talosbox.efi"), &opts.files, &profile, &vmlinuz, &initramfs, &version)?;
+
+    progress.step("disk.raw: GPT, GRUB, the ESP (FAT32) and BOOT (xfs) with slot A");
+    let artifacts = crate::boot::artifacts::Artifacts {
+        dir: out.to_path_buf(),
+        vmlinuz: vmlinuz.clone(),
+        initramfs: initramfs.clone(),
+        cmdline: profile.cmdline.trim().to_string(),
+        version: version.clone(),
+    };
+    write_disk(&work, &out.join("disk.raw"), &opts.files, &profile, &grub, &artifacts)?;
 
     std::fs::remove_dir_all(&work).map_err(io("removing work directory", &work))?;
     progress.step("SHA256SUMS: hashing artifacts");
@@ -270,6 +293,7 @@ fn remove_stale_initramfs(out: &Path, keep: &str) -> Result<(), ImagerError> {
 
 /// The rootfs and the initramfs that carries it, with their modules, and the
 /// `rootfs-packages` list of the host files the rootfs carries.
+#[allow(clippy::too_many_arguments)]
 fn build_root(
     work: &Path,
     out: &Path,
@@ -277,6 +301,8 @@ fn build_root(
     needs: &elf::Closure,
     kernel: &kernel::Kernel,
     profile: &Profile,
+    grub: &crate::boot::install::GrubImages,
+    version: &str,
     progress: &Progress,
 ) -> Result<(), ImagerError> {
     let mut carried = needs.clone();
@@ -319,7 +345,7 @@ fn build_root(
 
     progress.step(&format!("rootfs.sqsh: staging and running mksquashfs ({:?})", profile.rootfs_compression));
     let rootfs = out.join("rootfs.sqsh");
-    stage_rootfs(&rootfs_stage, binary, &carried, &modules.load, profile.network.as_deref())?;
+    stage_rootfs(&rootfs_stage, binary, &carried, &modules.load, profile.network.as_deref(), grub, version)?;
     mksquashfs(&rootfs_stage, &rootfs, profile.source_date_epoch, profile.rootfs_compression)?;
 
     let name = profile.initramfs_compression.initramfs_name();
@@ -361,8 +387,7 @@ fn write_file(p: &Path, data: &[u8], mode: u32) -> Result<(), ImagerError> {
 }
 
 /// The os-release both the rootfs and the UKI's `.osrel` carry.
-pub fn os_release() -> String {
-    let v = crate::version::VERSION;
+pub fn os_release(v: &str) -> String {
     format!(
         "NAME=\"talosbox\"\nID=talosbox\nVERSION_ID={v}\nPRETTY_NAME=\"talosbox {v}\"\n\
          HOME_URL=\"https://github.com/siderolabs/talos\"\n"
@@ -379,6 +404,8 @@ fn stage_rootfs(
     carried: &elf::Closure,
     load: &[String],
     network: Option<&str>,
+    grub: &crate::boot::install::GrubImages,
+    version: &str,
 ) -> Result<(), ImagerError> {
     mkdir(stage)?;
     for d in ROOTFS_DIRS {
@@ -389,7 +416,17 @@ fn stage_rootfs(
         let link = stage.join("sbin").join(name);
         std::os::unix::fs::symlink("init", &link).map_err(io("linking", &link))?;
     }
-    write_file(&stage.join("etc/os-release"), os_release().as_bytes(), 0o644)?;
+    write_file(&stage.join("etc/os-release"), os_release(version).as_bytes(), 0o644)?;
+    // GRUB's images, for a node that installs itself onto a disk.
+    let grub_dir = stage.join(crate::boot::GRUB_IMAGES_DIR.trim_start_matches('/'));
+    mkdir(&grub_dir)?;
+    for (name, data) in [
+        (crate::boot::GRUB_EFI_IMAGE, &grub.efi),
+        (crate::boot::GRUB_CORE_IMAGE, &grub.core),
+        (crate::boot::GRUB_BOOT_IMAGE, &grub.boot),
+    ] {
+        write_file(&grub_dir.join(name), data, 0o644)?;
+    }
     write_file(&stage.join("etc/talosbox/modules"), module_list(load).as_bytes(), 0o644)?;
     for name in ETC_RENDERED {
         let link = stage.join("etc").join(name);
@@ -574,10 +611,11 @@ fn write_uki(
     p: &Profile,
     vmlinuz: &Path,
     initramfs: &Path,
+    version: &str,
 ) -> Result<(), ImagerError> {
     let stub_path = &files.efi_stub;
     let stub = std::fs::read(stub_path).map_err(io("reading EFI stub", stub_path))?;
-    let osrel = os_release();
+    let osrel = os_release(version);
     let linux = std::fs::read(vmlinuz).map_err(io("reading", vmlinuz))?;
     let initrd = std::fs::read(initramfs).map_err(io("reading", initramfs))?;
     let sections = [
@@ -607,16 +645,10 @@ fn seed(epoch: u32, what: &str) -> Vec<u8> {
     format!("talosbox disk.raw {epoch} {what}").into_bytes()
 }
 
-fn write_disk(
-    work: &Path,
-    out: &Path,
-    files: &host::Files,
-    p: &Profile,
-    vmlinuz: &Path,
-    initramfs: &Path,
-) -> Result<(), ImagerError> {
-    const MIB: u64 = 1 << 20;
-    let epoch = p.source_date_epoch;
+/// GRUB's EFI application and BIOS core image (each with the early configuration that finds
+/// BOOT), and the BIOS boot sector's code: in the rootfs for a node that installs itself, and
+/// on disk.raw.
+fn build_grub_images(work: &Path, files: &host::Files) -> Result<crate::boot::install::GrubImages, ImagerError> {
     let early = work.join("early.cfg");
     write_file(&early, grub::early_config(BOOT_LABEL).as_bytes(), 0o644)?;
     let efi_app = work.join("BOOTX64.EFI");
@@ -625,69 +657,49 @@ fn write_disk(
     let core_path = work.join("core.img");
     let pc_modules: Vec<&str> = grub::COMMON_MODULES.iter().chain(grub::PC_MODULES).copied().collect();
     grub_mkimage("i386-pc", &files.grub_pc, &early, &core_path, &pc_modules)?;
-
-    // EFI system partition: FAT32 with GRUB as the removable-media default loader.
-    let efi_img = work.join("efi.img");
-    let volid = &Guid::derived(&seed(epoch, "EFI volume id")).to_string()[..8];
-    let mut mkfs = host::command(host::MKFS_FAT);
-    mkfs.args(["-F", "32", "-n", EFI_LABEL, "-i", volid, "--invariant", "-C"]);
-    mkfs.arg(&efi_img).arg((p.disk.efi_mib * 1024).to_string());
-    host::run(host::MKFS_FAT, "formatting EFI", &mut mkfs)?;
-    let mtools = |tool: host::Tool, args: &[&std::ffi::OsStr]| -> Result<(), ImagerError> {
-        let mut cmd = host::command(tool);
-        cmd.arg("-i").arg(&efi_img).args(args);
-        cmd.env("MTOOLS_SKIP_CHECK", "1").env("SOURCE_DATE_EPOCH", epoch.to_string()).env("TZ", "UTC");
-        host::run(tool, "populating EFI", &mut cmd)?;
-        Ok(())
-    };
-    mtools(host::MMD, &["::/EFI".as_ref(), "::/EFI/BOOT".as_ref()])?;
-    mtools(host::MCOPY, &[efi_app.as_os_str(), "::/EFI/BOOT/BOOTX64.EFI".as_ref()])?;
-
-    // BOOT: xfs populated from a protofile, clock frozen at the epoch.
-    let boot_img = work.join("boot.img");
-    write_boot_fs(work, &boot_img, &files.faketime, p, vmlinuz, initramfs)?;
-
-    let part = |name: &str, type_guid: &str, mib: u64, attributes: u64| -> Result<gpt::PartitionSpec, ImagerError> {
-        Ok(gpt::PartitionSpec {
-            name: name.into(),
-            type_guid: Guid::parse(type_guid)?,
-            guid: Guid::derived(&seed(epoch, &format!("partition {name}"))),
-            size_bytes: mib * MIB,
-            attributes,
-        })
-    };
-    let specs = [
-        part(EFI_LABEL, EFI_SYSTEM_TYPE, p.disk.efi_mib, 0)?,
-        part(BIOS_LABEL, BIOS_BOOT_TYPE, p.disk.bios_mib, gpt::ATTR_LEGACY_BIOS_BOOTABLE)?,
-        part(BOOT_LABEL, LINUX_DATA_TYPE, p.disk.boot_mib, 0)?,
-        part(META_LABEL, LINUX_DATA_TYPE, p.disk.meta_mib, 0)?,
-    ];
-    let plan = gpt::plan(Guid::derived(&seed(epoch, "disk")), &specs)?;
-    let table = plan.encode();
-    let parts = plan.partitions();
-    let (efi_part, bios_part, boot_part) = (&parts[0], &parts[1], &parts[2]);
-
     let boot_code_path = files.grub_pc.join("boot.img");
-    let boot_code = std::fs::read(&boot_code_path).map_err(io("reading", &boot_code_path))?;
-    let mut mbr = table.mbr;
-    grub::patch_mbr(&mut mbr, &boot_code, bios_part.partition.first_lba)?;
-    let mut core = std::fs::read(&core_path).map_err(io("reading", &core_path))?;
-    grub::patch_core(&mut core, bios_part.partition.first_lba, bios_part.size)?;
+    let read = |p: &Path| std::fs::read(p).map_err(io("reading", p));
+    Ok(crate::boot::install::GrubImages { efi: read(&efi_app)?, core: read(&core_path)?, boot: read(&boot_code_path)? })
+}
 
+/// disk.raw: the boot partitions as a node's install writes them (the same code), sized to
+/// hold them, with BOOT made here by mkfs.xfs from a protofile.
+fn write_disk(
+    work: &Path,
+    out: &Path,
+    files: &host::Files,
+    p: &Profile,
+    grub: &crate::boot::install::GrubImages,
+    artifacts: &crate::boot::artifacts::Artifacts,
+) -> Result<(), ImagerError> {
+    let epoch = p.source_date_epoch;
+    let boot_img = work.join("boot.img");
+    write_boot_fs(work, &boot_img, &files.faketime, p, artifacts)?;
+
+    let specs =
+        crate::boot::partition_specs(&p.disk, |name| Guid::derived(&seed(epoch, &format!("partition {name}"))))?;
+    let table = gpt::plan(Guid::derived(&seed(epoch, "disk")), &specs)?;
+    let boot_part = table
+        .partitions()
+        .into_iter()
+        .find(|x| x.partition.name == BOOT_LABEL)
+        .ok_or(ImagerError::Gpt(gpt::GptError::TooMany(0)))?;
     if out.exists() {
         std::fs::remove_file(out).map_err(io("removing", out))?;
     }
-    let mut disk = File::create(out).map_err(io("creating", out))?;
-    disk.set_len(plan.size_bytes()).map_err(io("sizing", out))?;
-    let mut put = |offset: u64, data: &[u8]| -> Result<(), ImagerError> {
-        disk.seek(SeekFrom::Start(offset)).and_then(|_| disk.write_all(data)).map_err(io("writing", out))
-    };
-    put(0, &mbr)?;
-    for (offset, bytes) in &table.regions {
-        put(*offset, bytes)?;
-    }
-    put(bios_part.offset, &core)?;
-    copy_sparse(&efi_img, &mut disk, efi_part.offset, efi_part.size, out)?;
+    let disk = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(out)
+        .map_err(io("creating", out))?;
+    disk.set_len(table.size_bytes()).map_err(io("sizing", out))?;
+    let volid =
+        u32::from_le_bytes(Guid::derived(&seed(epoch, "EFI volume id")).to_disk()[..4].try_into().unwrap_or([0; 4]));
+    let planned = crate::boot::install::Planned { table, kept: false };
+    crate::boot::install::write_boot_area(&disk, out, &planned, grub, volid)?;
+    let mut disk = disk;
     copy_sparse(&boot_img, &mut disk, boot_part.offset, boot_part.size, out)?;
     disk.sync_all().map_err(io("syncing", out))?;
     set_mode(out, 0o644)
@@ -727,28 +739,34 @@ fn write_boot_fs(
     img: &Path,
     faketime: &Path,
     p: &Profile,
-    vmlinuz: &Path,
-    initramfs: &Path,
+    artifacts: &crate::boot::artifacts::Artifacts,
 ) -> Result<(), ImagerError> {
-    let cfg = work.join("grub.cfg");
-    let title = format!("talosbox {}", crate::version::VERSION);
-    let initramfs_name = initramfs.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    write_file(&cfg, grub::config(&p.cmdline, p.grub_timeout, &title, &initramfs_name).as_bytes(), 0o644)?;
-    let proto = format!(
-        "/dev/null\n0 0\nd--755 0 0\n\
-         A d--755 0 0\n\
-         {initramfs_name} ---644 0 0 {}\n\
-         vmlinuz ---644 0 0 {}\n\
-         $\n\
-         grub d--755 0 0\n\
-         grub.cfg ---644 0 0 {}\n\
-         $\n$\n",
-        initramfs.display(),
-        vmlinuz.display(),
-        cfg.display()
-    );
+    // BOOT's tree staged as a node's install writes it (slot A, grub.cfg, grubenv), then put
+    // into the filesystem by a protofile: no mount at build time.
+    let tree = work.join("boot-tree");
+    if tree.exists() {
+        std::fs::remove_dir_all(&tree).map_err(io("removing", &tree))?;
+    }
+    mkdir(&tree)?;
+    let boot = crate::boot::slots::Boot::at(&tree);
+    boot.write_slot(crate::boot::slots::Slot::A, None, artifacts).map_err(|e| ImagerError::Io {
+        what: "staging BOOT",
+        path: tree.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let staged = |e: crate::boot::slots::SlotError| ImagerError::Io {
+        what: "staging BOOT",
+        path: tree.clone(),
+        source: std::io::Error::other(e.to_string()),
+    };
+    // The profile's menu timeout: grub.cfg keeps the one it finds.
+    let cfg = boot.grub_cfg();
+    mkdir(cfg.parent().unwrap_or(&tree))?;
+    write_file(&cfg, format!("set timeout={}\n", p.grub_timeout).as_bytes(), 0o644)?;
+    boot.write_config().map_err(staged)?;
+    boot.create_env(crate::boot::slots::Slot::A).map_err(staged)?;
     let proto_path = work.join("boot.proto");
-    write_file(&proto_path, proto.as_bytes(), 0o644)?;
+    write_file(&proto_path, protofile(&tree)?.as_bytes(), 0o644)?;
     let f = File::create(img).map_err(io("creating", img))?;
     f.set_len(p.disk.boot_mib << 20).map_err(io("sizing", img))?;
     drop(f);
@@ -765,6 +783,32 @@ fn write_boot_fs(
     }
     host::run(host::MKFS_XFS, "formatting BOOT", &mut cmd)?;
     Ok(())
+}
+
+/// An mkfs.xfs protofile for the tree at `root`: directories 0755, files 0644, owned by root,
+/// in name order.
+fn protofile(root: &Path) -> Result<String, ImagerError> {
+    fn walk(dir: &Path, depth: usize, out: &mut String) -> Result<(), ImagerError> {
+        let mut entries: Vec<PathBuf> =
+            std::fs::read_dir(dir).map_err(io("reading", dir))?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        entries.sort();
+        let indent = " ".repeat(depth);
+        for path in entries {
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if path.is_dir() {
+                out.push_str(&format!("{indent}{name} d--755 0 0\n"));
+                walk(&path, depth + 1, out)?;
+                out.push_str(&format!("{indent}$\n"));
+            } else {
+                out.push_str(&format!("{indent}{name} ---644 0 0 {}\n", path.display()));
+            }
+        }
+        Ok(())
+    }
+    let mut out = String::from("/dev/null\n0 0\nd--755 0 0\n");
+    walk(root, 1, &mut out)?;
+    out.push_str("$\n");
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -108,15 +108,8 @@ pub struct Modules {
     pub device_modaliases: Vec<String>,
 }
 
-/// Partition sizes in MiB, Talos's layout: BIOS, EFI, BOOT, META.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct Disk {
-    pub efi_mib: u64,
-    pub bios_mib: u64,
-    pub boot_mib: u64,
-    pub meta_mib: u64,
-}
+/// Partition sizes in MiB, Talos's layout: EFI, BIOS, BOOT, META.
+pub type Disk = crate::boot::Sizes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {

@@ -131,6 +131,29 @@ pub fn layout(pe: &[u8]) -> Result<Layout, PeError> {
     })
 }
 
+/// The sections of a PE image, by name, each its bytes in the file (the smaller of its
+/// virtual size and its raw size: a UKI's `.linux` and `.initrd` are exactly their files).
+pub fn sections(pe: &[u8]) -> Result<Vec<(String, &[u8])>, PeError> {
+    let l = layout(pe)?;
+    let mut out = Vec::with_capacity(l.sections);
+    for i in 0..l.sections {
+        let s = l.section_table + i * SECTION_HEADER;
+        let raw_name = rd::<8>(pe, s, "section name")?;
+        let name = String::from_utf8_lossy(&raw_name).trim_end_matches('\0').to_string();
+        let vsize = u32_at(pe, s + 8, "VirtualSize")? as usize;
+        let raw_size = u32_at(pe, s + 16, "SizeOfRawData")? as usize;
+        let raw_ptr = u32_at(pe, s + 20, "PointerToRawData")? as usize;
+        let len = if vsize == 0 { raw_size } else { vsize.min(raw_size) };
+        let data = pe.get(raw_ptr..raw_ptr + len).ok_or(PeError::Truncated {
+            what: "section data",
+            offset: raw_ptr,
+            len: pe.len(),
+        })?;
+        out.push((name, data));
+    }
+    Ok(out)
+}
+
 impl Layout {
     /// How many more 40-byte section headers fit before the headers end.
     pub fn room(&self) -> usize {
@@ -270,6 +293,22 @@ mod tests {
         put_u32(&mut b, s + 16, 0x200);
         put_u32(&mut b, s + 20, 0x400);
         b
+    }
+
+    #[test]
+    fn sections_read_back_what_was_appended() {
+        let stub = tiny_pe(0x200);
+        let pe = assemble(
+            &stub,
+            &[Section { name: ".cmdline", data: b"console=ttyS0" }, Section { name: ".linux", data: &[7u8; 1000] }],
+            0,
+        )
+        .unwrap();
+        let got = sections(&pe).unwrap();
+        let find = |n: &str| got.iter().find(|(name, _)| name == n).map(|(_, d)| *d);
+        assert_eq!(find(".cmdline"), Some(&b"console=ttyS0"[..]));
+        assert_eq!(find(".linux").map(<[u8]>::len), Some(1000));
+        assert!(sections(b"not a pe").is_err());
     }
 
     #[test]

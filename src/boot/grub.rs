@@ -1,11 +1,15 @@
-//! GRUB for the disk image: configuration text, and installing the BIOS boot code into a
-//! GPT disk image without grub-install (boot.img into the MBR, core.img into the BIOS boot
-//! partition, with the sector pointers patched).
+//! GRUB on a boot disk: its configuration text (one menu entry per A/B slot, the default and
+//! a one-shot next boot taken from the environment block, see [`super::grubenv`]), and its BIOS
+//! boot code put in place without grub-install (boot.img into the MBR, core.img into the BIOS
+//! boot partition, with the sector pointers patched).
 //!
-//! Rendering and patching are pure; `grub-mkimage` builds the images. It must never write
-//! outside the MBR's code area and the BIOS boot partition.
+//! Rendering and patching are pure; `grub-mkimage` builds the images (at image build time).
+//! It must never write outside the MBR's code area and the BIOS boot partition.
 
-/// Modules built into both GRUB images (nothing is loaded from disk later).
+use super::slots::Slot;
+
+/// Modules built into both GRUB images (nothing is loaded from disk later). `loadenv` reads
+/// and writes the environment block that says which slot boots.
 pub const COMMON_MODULES: &[&str] = &[
     "part_gpt",
     "xfs",
@@ -22,6 +26,7 @@ pub const COMMON_MODULES: &[&str] = &[
     "test",
     "gzio",
     "xzio",
+    "loadenv",
 ];
 pub const PC_MODULES: &[&str] = &["biosdisk"];
 pub const EFI_MODULES: &[&str] = &["efi_gop", "all_video"];
@@ -35,27 +40,56 @@ pub fn early_config(boot_label: &str) -> String {
     )
 }
 
-/// The grub.cfg on BOOT: entry A, and entry B when an upgrade has put files under /B; each
-/// slot holds `vmlinuz` and the initramfs named `initramfs`.
-pub fn config(cmdline: &str, timeout: u32, title: &str, initramfs: &str) -> String {
+/// One slot's menu entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub slot: Slot,
+    /// The version the slot holds, shown in the menu.
+    pub version: String,
+    /// The kernel command line; the slot's own `talosbox.slot=` is appended.
+    pub cmdline: String,
+    /// The initramfs's file name in the slot's directory.
+    pub initramfs: String,
+}
+
+/// The grub.cfg on BOOT: one entry per slot (`--id` the slot's name, files under `/<slot>/`).
+/// The default is the environment block's `saved_entry` (else the first entry); a
+/// `next_entry` there boots once and is cleared by GRUB itself before the kernel starts, so a
+/// new slot that fails to come up is not booted again.
+pub fn config(timeout: u32, entries: &[Entry]) -> String {
+    let first = entries.first().map_or("A".to_string(), |e| e.slot.to_string());
     let mut s = format!(
-        "set default=0\n\
+        "set default={first}\n\
          set timeout={timeout}\n\
+         if [ -s $prefix/grubenv ]; then\n\
+         \x20 load_env\n\
+         fi\n\
+         if [ -n \"${{saved_entry}}\" ]; then\n\
+         \x20 set default=\"${{saved_entry}}\"\n\
+         fi\n\
+         if [ -n \"${{next_entry}}\" ]; then\n\
+         \x20 set default=\"${{next_entry}}\"\n\
+         \x20 set next_entry=\n\
+         \x20 save_env next_entry\n\
+         fi\n\
          if [ \"${{grub_platform}}\" = \"pc\" ]; then\n\
          \x20 serial --unit=0 --speed=115200\n\
          \x20 terminal_input console serial\n\
          \x20 terminal_output console serial\n\
          fi\n"
     );
-    for slot in ["A", "B"] {
+    for e in entries {
+        let slot = e.slot;
         s.push_str(&format!(
-            "if [ -f /{slot}/vmlinuz ]; then\n\
-             \x20 menuentry \"{slot} - {title}\" {{\n\
-             \x20   set gfxpayload=text\n\
-             \x20   linux /{slot}/vmlinuz {cmdline}\n\
-             \x20   initrd /{slot}/{initramfs}\n\
-             \x20 }}\n\
-             fi\n"
+            "menuentry \"{slot} - talosbox {}\" --id {slot} {{\n\
+             \x20 set gfxpayload=text\n\
+             \x20 linux /{slot}/vmlinuz {} {}={slot}\n\
+             \x20 initrd /{slot}/{}\n\
+             }}\n",
+            e.version,
+            e.cmdline.trim(),
+            super::slots::CMDLINE_KEY,
+            e.initramfs
         ));
     }
     s
@@ -142,29 +176,43 @@ mod tests {
 
     #[test]
     fn config_golden() {
-        let cfg = config("console=ttyS0", 1, "talosbox 0.1.0", "initramfs.zst");
-        let want = "set default=0
+        let entry = |slot, version: &str| Entry {
+            slot,
+            version: version.into(),
+            cmdline: "console=ttyS0 panic=10".into(),
+            initramfs: "initramfs.lz4".into(),
+        };
+        let cfg = config(1, &[entry(Slot::A, "0.1.0"), entry(Slot::B, "0.2.0")]);
+        let want = "set default=A
 set timeout=1
+if [ -s $prefix/grubenv ]; then
+  load_env
+fi
+if [ -n \"${saved_entry}\" ]; then
+  set default=\"${saved_entry}\"
+fi
+if [ -n \"${next_entry}\" ]; then
+  set default=\"${next_entry}\"
+  set next_entry=
+  save_env next_entry
+fi
 if [ \"${grub_platform}\" = \"pc\" ]; then
   serial --unit=0 --speed=115200
   terminal_input console serial
   terminal_output console serial
 fi
-if [ -f /A/vmlinuz ]; then
-  menuentry \"A - talosbox 0.1.0\" {
-    set gfxpayload=text
-    linux /A/vmlinuz console=ttyS0
-    initrd /A/initramfs.zst
-  }
-fi
-if [ -f /B/vmlinuz ]; then
-  menuentry \"B - talosbox 0.1.0\" {
-    set gfxpayload=text
-    linux /B/vmlinuz console=ttyS0
-    initrd /B/initramfs.zst
-  }
-fi
+menuentry \"A - talosbox 0.1.0\" --id A {
+  set gfxpayload=text
+  linux /A/vmlinuz console=ttyS0 panic=10 talosbox.slot=A
+  initrd /A/initramfs.lz4
+}
+menuentry \"B - talosbox 0.2.0\" --id B {
+  set gfxpayload=text
+  linux /B/vmlinuz console=ttyS0 panic=10 talosbox.slot=B
+  initrd /B/initramfs.lz4
+}
 ";
         assert_eq!(cfg, want);
+        assert!(config(1, &[entry(Slot::B, "0.2.0")]).starts_with("set default=B\n"));
     }
 }
