@@ -140,6 +140,8 @@ pub const RULES: &[(&str, Rule)] = &[
     // Beyond Talos: the passphrase for a volume no key opens, which leaves the node in
     // maintenance when the volume is STATE.
     ("/talosbox.volume.VolumeService/Unlock", ADMIN_OR_MAINTENANCE_READER),
+    // Beyond Talos: an upgrade's artifacts, streamed through the door.
+    ("/talosbox.lifecycle.ArtifactService/Upload", ADMIN_ONLY),
     ("/time.TimeService/Time", READERS),
     ("/time.TimeService/TimeCheck", READERS),
 ];

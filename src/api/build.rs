@@ -27,6 +27,7 @@ const PROTO_FILES: &[&str] = &[
     "time/time.proto",
     "storage/storage.proto",
     "talosbox/volume/volume.proto",
+    "talosbox/lifecycle/lifecycle.proto",
     "cosi/resource/resource.proto",
     "cosi/resource/state.proto",
 ];

@@ -479,7 +479,8 @@ impl MachineService for MachineApi {
     }
 
     async fn rollback(&self, _: Request<m::RollbackRequest>) -> Result<Response<m::RollbackResponse>, Status> {
-        Err(Status::unimplemented("rollback: this node has no A/B boot slots yet"))
+        self.node.rollback().await?;
+        Ok(Response::new(m::RollbackResponse { messages: vec![m::Rollback { metadata: None }] }))
     }
 
     async fn service_list(&self, _: Request<()>) -> Result<Response<m::ServiceListResponse>, Status> {
@@ -548,8 +549,32 @@ impl MachineService for MachineApi {
         }))
     }
 
-    async fn upgrade(&self, _: Request<m::UpgradeRequest>) -> Result<Response<m::UpgradeResponse>, Status> {
-        Err(Status::unimplemented("upgrade: this node has no A/B boot slots yet"))
+    /// The legacy upgrade: the new version is written and checked before the answer (so a bad
+    /// image is the caller's error, not a line on the console), then the node reboots into it
+    /// unless `stage` (it boots it at its next reboot). `preserve` and `force` change nothing:
+    /// an upgrade never touches STATE or EPHEMERAL.
+    async fn upgrade(&self, request: Request<m::UpgradeRequest>) -> Result<Response<m::UpgradeResponse>, Status> {
+        let r = request.into_inner();
+        if r.image.is_empty() {
+            return Err(Status::invalid_argument("image: the artifacts to upgrade to are required"));
+        }
+        let actor = self.node.events().new_id();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let log = tokio::spawn(async move {
+            while let Some(line) = rx.recv().await {
+                crate::kernel::console::line(&format!("upgrade: {line}"));
+            }
+        });
+        let outcome = self.node.upgrade(&r.image, tx).await;
+        let _ = log.await;
+        outcome?;
+        let ack = if r.stage {
+            "Upgrade request received: staged, it boots at the next reboot".to_string()
+        } else {
+            self.node.power(PowerAction::Reboot)?;
+            "Upgrade request received".to_string()
+        };
+        Ok(Response::new(m::UpgradeResponse { messages: vec![m::Upgrade { metadata: None, ack, actor_id: actor }] }))
     }
 
     async fn version(&self, _: Request<()>) -> Result<Response<m::VersionResponse>, Status> {
@@ -558,7 +583,7 @@ impl MachineService for MachineApi {
             messages: vec![m::Version {
                 metadata: None,
                 version: Some(m::VersionInfo {
-                    tag: format!("v{}", crate::version::VERSION),
+                    tag: format!("v{}", crate::version::os_version()),
                     sha: crate::version::GIT_COMMIT.to_string(),
                     built: String::new(),
                     go_version: String::new(),

@@ -14,6 +14,7 @@ pub mod fanout;
 pub mod fuzz;
 pub mod grpc_body;
 pub mod kms;
+pub mod lifecycle_service;
 pub mod machine_service;
 pub mod meta;
 pub mod node;

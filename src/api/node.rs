@@ -156,4 +156,20 @@ pub trait Node: Send + Sync + 'static {
         let _ = (volume, passphrase);
         Err(Status::unimplemented("this node has no encrypted volumes to unlock"))
     }
+    /// Writes the version the artifacts at `image` hold (an http(s) URL of an imager output,
+    /// or `upload:<id>`, see [`Node::uploads`]) into the slot not booted, to boot once at the
+    /// next boot; `progress` gets a line per step. The caller reboots.
+    async fn upgrade(&self, image: &str, progress: tokio::sync::mpsc::UnboundedSender<String>) -> Result<(), Status> {
+        let _ = (image, progress);
+        Err(Status::failed_precondition("this node does not boot from a disk it can upgrade (container mode)"))
+    }
+    /// Makes the other slot the default and reboots into it.
+    async fn rollback(&self) -> Result<(), Status> {
+        Err(Status::failed_precondition("this node does not boot from a disk it can roll back (container mode)"))
+    }
+    /// Where uploaded artifacts are kept, one directory per upload; `None` when the node takes
+    /// no uploads.
+    fn uploads(&self) -> Option<std::path::PathBuf> {
+        None
+    }
 }

@@ -40,11 +40,15 @@ pub mod storage {
     include!(concat!(env!("OUT_DIR"), "/storage.rs"));
 }
 
-/// `talosbox.volume`: talosbox's own `VolumeService` (the unlock of an encrypted volume), for
+/// `talosbox.volume` and `talosbox.lifecycle`: talosbox's own `VolumeService` (the unlock of
+/// an encrypted volume) and `ArtifactService` (an upgrade's files uploaded), for
 /// what Talos has no RPC for. Not a Talos package.
 pub mod talosbox {
     pub mod volume {
         include!(concat!(env!("OUT_DIR"), "/talosbox.volume.rs"));
+    }
+    pub mod lifecycle {
+        include!(concat!(env!("OUT_DIR"), "/talosbox.lifecycle.rs"));
     }
 }
 
@@ -153,6 +157,7 @@ mod tests {
         ("/storage.StorageService/Disks", false, false),
         ("/storage.StorageService/BlockDeviceWipe", false, false),
         ("/talosbox.volume.VolumeService/Unlock", false, false),
+        ("/talosbox.lifecycle.ArtifactService/Upload", true, false),
         ("/cosi.resource.State/Get", false, false),
         ("/cosi.resource.State/List", false, true),
         ("/cosi.resource.State/Watch", false, true),

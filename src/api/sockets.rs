@@ -113,6 +113,8 @@ pub async fn serve(
     let time = super::time_service::TimeApi::new(node.clone(), state.clone());
     let storage = super::storage_service::StorageApi::new(node.clone(), state.clone());
     let volumes = super::volume_service::VolumeApi::new(node.clone());
+    let lifecycle = super::lifecycle_service::LifecycleApi::new(node.clone());
+    let artifacts = super::lifecycle_service::LifecycleApi::new(node.clone());
     let api = MachineApi::new(node, state.clone());
     let machine_server = tonic::transport::Server::builder()
         .layer(GuardLayer(Arc::new(machine_guard)))
@@ -120,6 +122,11 @@ pub async fn serve(
         .add_service(super::proto::time::time_service_server::TimeServiceServer::new(time))
         .add_service(super::proto::storage::storage_service_server::StorageServiceServer::new(storage))
         .add_service(super::proto::talosbox::volume::volume_service_server::VolumeServiceServer::new(volumes))
+        .add_service(super::proto::machine::lifecycle_service_server::LifecycleServiceServer::new(lifecycle))
+        .add_service(
+            super::proto::talosbox::lifecycle::artifact_service_server::ArtifactServiceServer::new(artifacts)
+                .max_decoding_message_size(MAX_MESSAGE_SIZE),
+        )
         .add_service(
             StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::ByRole))
                 .max_decoding_message_size(MAX_MESSAGE_SIZE),

@@ -249,7 +249,7 @@ impl<W: Write> Write for HashingWriter<'_, W> {
 }
 
 /// GETs `url` into `out`, at most `max` bytes.
-async fn get(url: &str, out: &mut dyn Write, max: u64, roots: &Path) -> Result<(), ArtifactsError> {
+async fn get(url: &str, out: &mut (dyn Write + Send), max: u64, roots: &Path) -> Result<(), ArtifactsError> {
     let fail = |why: String| ArtifactsError::Fetch { url: url.to_string(), why };
     let uri: http::Uri = url.parse().map_err(|e| fail(format!("not a URL: {e}")))?;
     let tls = match uri.scheme_str() {

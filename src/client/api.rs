@@ -128,6 +128,11 @@ impl Session {
         request
     }
 
+    /// The connection, for a client of a service not wrapped here.
+    pub fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
     pub fn machine(&self) -> MachineServiceClient<Channel> {
         MachineServiceClient::new(self.channel.clone())
             .max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)

@@ -27,6 +27,7 @@ mod fuzz;
 pub mod generate;
 #[cfg(test)]
 pub(crate) mod golden;
+pub mod install;
 mod json6902;
 mod load;
 mod merge;

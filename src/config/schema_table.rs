@@ -9,9 +9,10 @@
 //! from it), `acceptedCAs` (lists, not one object), the list-valued enums, `DiskPartition.size`
 //! (a number or a string) and `machine.type` (any string; validation judges it).
 //!
-//! Beyond Talos, one field and one kind: an encryption key's `recovery` (a passphrase slot
-//! that is opened through `talosctl unlock` and never kept in META), in both key objects, and
-//! `DiskWipeConfig` (a disk wiped once, its record kept in META; Talos #2213).
+//! Beyond Talos, two fields and one kind: an encryption key's `recovery` (a passphrase slot
+//! that is opened through `talosctl unlock` and never kept in META), in both key objects;
+//! `machine.install.diskSelector.match` (the install disk by a CEL expression, Talos #11255);
+//! and `DiskWipeConfig` (a disk wiped once, its record kept in META; Talos #2213).
 //!
 //! Field names, types and enum values are interface facts. What talosbox does with a field is
 //! not here but in `policy.rs`. Fields appear in Talos's order, which is the order Talos writes.
@@ -1263,6 +1264,7 @@ static O_V1ALPHA1_INSTALL_DISK_SELECTOR: Obj = Obj {
         f("wwid", Ty::Str),
         f("type", Ty::Enum(&["ssd", "hdd", "nvme", "sd"])),
         f("busPath", Ty::Str),
+        f("match", Ty::Str),
     ],
 };
 static O_V1ALPHA1_INSTALL_EXTENSION_CONFIG: Obj =

@@ -37,6 +37,7 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
     let view: MachineView = config.machine()?;
     config.network()?;
     let block = config.block()?;
+    config.install()?;
     if let Some(hostname_doc) = config.find("HostnameConfig", None)
         && let Some(name) = hostname_doc.value().get("hostname").and_then(Value::as_str)
     {

@@ -18,6 +18,8 @@
 
 pub mod acquire;
 pub mod config_store;
+pub mod install;
+pub mod lifecycle;
 pub mod modules;
 pub mod node;
 pub mod reset;
@@ -342,6 +344,12 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
     let _stop_all = cancel.clone().drop_guard();
     let (stage_tx, stage_rx) = watch::channel(MachineStage::Booting);
     console::stage(&MachineStage::Booting.to_string());
+    // The version a node reports is its image's.
+    if *mode == Mode::Node
+        && let Ok(text) = std::fs::read_to_string("/etc/os-release")
+    {
+        crate::version::set_os_version_from(&text);
+    }
 
     // Handlers first: until they exist SIGTERM/SIGPWR/SIGINT would kill a non-PID-1 machined
     // (the pid file announces us), and PID 1 would ignore them.
@@ -412,10 +420,27 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         tokio::spawn(print_stages(state.clone(), stage_watch, stage_tx, events.clone(), cancel.clone()));
     let mut runtime_task = tokio::spawn(runtime.run(cancel.clone()));
 
+    // The boot disk's life on a node: the slot booted, installs, upgrades, a new slot's trial.
+    let lifecycle = (*mode == Mode::Node).then(|| {
+        let cmdline = std::fs::read_to_string(controllers::runtime::kernel_cmdline::PROC_CMDLINE).unwrap_or_default();
+        Arc::new(lifecycle::Lifecycle::new(
+            state.clone(),
+            Arc::clone(&meta),
+            supervisor.reaper(),
+            requests.clone(),
+            crate::boot::slots::booted(&cmdline),
+            PathBuf::from("/tmp/talosbox"),
+        ))
+    });
+    if let Some(lc) = &lifecycle {
+        tokio::spawn(Arc::clone(lc).watch_boot(stage_rx.clone(), cancel.clone()));
+        tokio::spawn(install::run(Arc::clone(lc), store.clone(), cancel.clone()));
+    }
+
     if *mode == Mode::Node {
         // The volume manager holds it while volumes are open; torn down at shutdown.
-        let lifecycle = Resource::new(BLOCK_NAMESPACE, VolumeLifecycle::ID, VolumeLifecycle::default());
-        if let Err(e) = state.create(lifecycle, "") {
+        let volumes = Resource::new(BLOCK_NAMESPACE, VolumeLifecycle::ID, VolumeLifecycle::default());
+        if let Err(e) = state.create(volumes, "") {
             console::line(&format!("machined: the volume lifecycle: {e}"));
         }
         tokio::spawn(state_volume::settle_store(state.clone(), store.clone(), cancel.clone()));
@@ -479,6 +504,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         meta,
         state: (*mode == Mode::Node).then(|| state.clone()),
         unlocks,
+        lifecycle,
     });
     let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
     {

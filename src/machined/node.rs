@@ -40,6 +40,8 @@ pub struct MachineNode {
     pub state: Option<crate::cosi::State>,
     /// Where the unlock RPC hands passphrases to the volume manager.
     pub unlocks: Arc<crate::controllers::block::unlock::Unlocks>,
+    /// The boot disk's life (upgrades, rollbacks); `None` in container mode.
+    pub lifecycle: Option<Arc<super::lifecycle::Lifecycle>>,
 }
 
 impl MachineNode {
@@ -217,6 +219,41 @@ impl Node for MachineNode {
         })
         .await;
         done.map_err(|e| Status::internal(format!("the wipe did not finish: {e}")))?
+    }
+
+    async fn upgrade(&self, image: &str, progress: mpsc::UnboundedSender<String>) -> Result<(), Status> {
+        let Some(lc) = &self.lifecycle else {
+            return Err(Status::failed_precondition(
+                "this node runs as a process (container mode): it has no boot disk",
+            ));
+        };
+        let source = if image.starts_with("http://") || image.starts_with("https://") {
+            super::lifecycle::Source::Url(image.to_string())
+        } else if image.starts_with(crate::api::lifecycle_service::UPLOAD_PREFIX) {
+            let root = self.uploads().ok_or_else(|| Status::failed_precondition("this node takes no uploads"))?;
+            super::lifecycle::Source::Dir(crate::api::lifecycle_service::upload_dir(&root, image)?)
+        } else {
+            return Err(Status::invalid_argument(format!(
+                "image {image:?}: an http(s) URL of an imager output directory, or an upload (upload:<id>; talosctl upgrade --image DIR uploads one)"
+            )));
+        };
+        let mut send = move |line: String| {
+            let _ = progress.send(line);
+        };
+        lc.upgrade(source, &mut send).await.map(drop).map_err(|e| e.to_status())
+    }
+
+    async fn rollback(&self) -> Result<(), Status> {
+        let Some(lc) = &self.lifecycle else {
+            return Err(Status::failed_precondition(
+                "this node runs as a process (container mode): it has no boot disk",
+            ));
+        };
+        lc.rollback().await.map(drop).map_err(|e| e.to_status())
+    }
+
+    fn uploads(&self) -> Option<std::path::PathBuf> {
+        self.lifecycle.as_ref().map(|lc| lc.scratch.join("uploads"))
     }
 
     fn services(&self) -> Vec<ServiceInfo> {

@@ -377,6 +377,86 @@ impl ResourceSpec for PlatformMetadata {
 }
 
 /// Registers the runtime namespace and every runtime type.
+/// One A/B slot on BOOT, as [`BootStatus`] lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootSlot {
+    pub slot: String,
+    pub version: String,
+}
+
+/// How the node booted (beyond Talos), id `boot`: the slot GRUB booted (empty for a UKI or
+/// direct boot), the version running, the slots on BOOT and which one is the default, and
+/// what became of the last upgrade (`trial`: the new slot is on probation until the node is
+/// running; `confirmed`; `rolled back`, with why).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct BootStatus {
+    pub slot: String,
+    pub version: String,
+    pub default_slot: String,
+    pub slots: Vec<BootSlot>,
+    pub upgrade: String,
+}
+
+impl BootStatus {
+    pub const ID: &'static str = "boot";
+}
+
+impl ResourceSpec for BootStatus {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "BootStatuses.runtime.talosbox.dev",
+        aliases: &["bootstatus"],
+        default_namespace: NAMESPACE,
+        print_columns: &[
+            PrintColumn { name: "Slot", json_path: "{.slot}" },
+            PrintColumn { name: "Version", json_path: "{.version}" },
+            PrintColumn { name: "Default", json_path: "{.defaultSlot}" },
+            PrintColumn { name: "Upgrade", json_path: "{.upgrade}" },
+        ],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+}
+
+/// Why a disk was or was not chosen to install to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstallDiskMatch {
+    pub disk: String,
+    pub matched: bool,
+    pub reason: String,
+}
+
+/// The install the configuration asks for (beyond Talos), id `install`: `waiting` (for a disk
+/// to match, or for the source), `installing`, `installed` (the node reboots into the disk
+/// once STATE holds the configuration), `failed` (with why; tried again when the
+/// configuration changes), or `skipped` (booted from an installed disk already).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct InstallStatus {
+    pub phase: String,
+    pub disk: String,
+    pub source: String,
+    pub message: String,
+    pub disk_matches: Vec<InstallDiskMatch>,
+}
+
+impl InstallStatus {
+    pub const ID: &'static str = "install";
+}
+
+impl ResourceSpec for InstallStatus {
+    const DEFINITION: ResourceDefinition = ResourceDefinition {
+        type_name: "InstallStatuses.runtime.talosbox.dev",
+        aliases: &["installstatus"],
+        default_namespace: NAMESPACE,
+        print_columns: &[
+            PrintColumn { name: "Phase", json_path: "{.phase}" },
+            PrintColumn { name: "Disk", json_path: "{.disk}" },
+            PrintColumn { name: "Message", json_path: "{.message}" },
+        ],
+        sensitivity: Sensitivity::NonSensitive,
+    };
+}
+
 pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.add_namespace(NAMESPACE, "Talos runtime.")?;
     registry.register::<KernelCmdline>()?;
@@ -388,6 +468,8 @@ pub fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register::<ApiServiceConfig>()?;
     registry.register::<PlatformMetadata>()?;
     registry.register::<MetaKey>()?;
+    registry.register::<BootStatus>()?;
+    registry.register::<InstallStatus>()?;
     Ok(())
 }
 

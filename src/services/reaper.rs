@@ -59,6 +59,43 @@ pub struct Reaper {
 }
 
 impl Reaper {
+    /// Runs `program` with `args` and only `env` in its environment, stdin and stdout on
+    /// /dev/null, to its end: its stderr, when it fails, is the error (a formatter, the one
+    /// kind of program a node runs besides its services).
+    pub async fn run_to_end(
+        &self,
+        program: &std::path::Path,
+        args: &[String],
+        env: &[(String, String)],
+    ) -> Result<(), String> {
+        let name = program.display().to_string();
+        let base = name.rsplit('/').next().unwrap_or("program");
+        let log = std::env::temp_dir().join(format!("{base}.{}.{}.log", std::process::id(), next_log_id()));
+        let stderr = std::fs::File::create(&log).map_err(|e| format!("{name}: creating {}: {e}", log.display()))?;
+        let mut command = std::process::Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr);
+        let (_pid, done) = self.spawn(&mut command).map_err(|e| format!("starting {name}: {e}"))?;
+        let exit = done.await.map_err(|_| format!("{name}: lost its exit status"))?;
+        let exit = if exit.success() { Ok(()) } else { Err(exit.to_string()) };
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        exit.map_err(|e| format!("{name} {e}: {}", said.trim()))
+    }
+}
+
+/// A number for each captured stderr, so two programs run at once never share a file.
+fn next_log_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Reaper {
     pub fn new(mode: ReapMode) -> Arc<Self> {
         Arc::new(Reaper { mode, waiting: Mutex::new(Waiting::default()) })
     }

@@ -12,6 +12,7 @@ mod meta;
 mod node;
 mod output;
 mod unlock;
+mod upgrade;
 mod validate;
 mod wipe;
 
@@ -103,6 +104,11 @@ enum Command {
     Shutdown(node::ShutdownArgs),
     /// Reset the nodes (wipe their state) and reboot or power them off.
     Reset(node::ResetArgs),
+    /// Upgrade the nodes to another version (an imager output directory or its URL), into the
+    /// boot slot not in use; a version that does not come up falls back by itself.
+    Upgrade(upgrade::UpgradeArgs),
+    /// Boot the other slot (the version before the last upgrade) from now on, and reboot.
+    Rollback,
     /// Stream the nodes' events.
     Events(node::EventsArgs),
     /// Check that the nodes answer, are running, their services are up and their clocks synced.
@@ -252,6 +258,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Meta { command } => meta::run(&cli, command),
         Command::Wipe { command } => wipe::run(&cli, command),
         Command::Unlock(args) => unlock::run(&cli, args),
+        Command::Upgrade(args) => upgrade::upgrade(&cli, &args),
+        Command::Rollback => upgrade::rollback(&cli),
         Command::KmsLaunch(args) => kms_launch(args),
         Command::Completion { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());

@@ -225,6 +225,8 @@ pub fn run(cli: &Cli, command: Command) -> ExitCode {
         | Command::Meta { .. }
         | Command::Wipe { .. }
         | Command::Unlock(_)
+        | Command::Upgrade(_)
+        | Command::Rollback
         | Command::KmsLaunch(_)
         | Command::Completion { .. } => ExitCode::FAILURE,
     }

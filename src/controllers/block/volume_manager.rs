@@ -1009,28 +1009,7 @@ impl VolumeManagerController {
 
 /// Runs a formatter to its end; its stderr, if it fails, is the error.
 async fn run(reaper: Arc<Reaper>, cmd: &format::MkfsCommand) -> Result<(), String> {
-    let name = cmd.program.display().to_string();
-    let log = tempfile_path(&name);
-    let stderr = std::fs::File::create(&log).map_err(|e| format!("{name}: creating {}: {e}", log.display()))?;
-    let mut command = std::process::Command::new(&cmd.program);
-    command
-        .args(&cmd.args)
-        .env_clear()
-        .envs(cmd.env.iter().cloned())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(stderr);
-    let (_pid, done) = reaper.spawn(&mut command).map_err(|e| format!("starting {name}: {e}"))?;
-    let exit = done.await.map_err(|_| format!("{name}: lost its exit status"))?;
-    let exit = if exit.success() { Ok(()) } else { Err(exit.to_string()) };
-    let said = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    exit.map_err(|e| format!("{name} {e}: {}", said.trim()))
-}
-
-fn tempfile_path(program: &str) -> PathBuf {
-    let base = program.rsplit('/').next().unwrap_or("mkfs");
-    std::env::temp_dir().join(format!("{base}.{}.log", std::process::id()))
+    reaper.run_to_end(&cmd.program, &cmd.args, &cmd.env).await
 }
 
 /// The disk's partition table as it is to be written: read (following a disk that grew), or

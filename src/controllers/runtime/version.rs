@@ -21,7 +21,7 @@ impl Controller for VersionController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        ctx.apply(NAMESPACE, Version::ID, Version { version: format!("v{}", crate::version::VERSION) })?;
+        ctx.apply(NAMESPACE, Version::ID, Version { version: format!("v{}", crate::version::os_version()) })?;
         Ok(())
     }
 }
