@@ -265,9 +265,14 @@ impl Lifecycle {
         let mut spec = existing.as_ref().map(|r| r.spec().clone()).unwrap_or_default();
         spec.slot = self.booted.map(|s| s.to_string()).unwrap_or_default();
         spec.version = format!("v{}", crate::version::os_version());
-        if let Ok((slots, default)) = slots {
-            spec.slots = slots.into_iter().map(|s| BootSlot { slot: s.slot.to_string(), version: s.version }).collect();
-            spec.default_slot = default.map(|s| s.to_string()).unwrap_or_default();
+        match slots {
+            Ok((slots, default)) => {
+                spec.slots =
+                    slots.into_iter().map(|s| BootSlot { slot: s.slot.to_string(), version: s.version }).collect();
+                spec.default_slot = default.map(|s| s.to_string()).unwrap_or_default();
+            }
+            Err(e) if self.booted.is_some() => console::line(&format!("upgrade: reading the slots on BOOT: {e}")),
+            Err(_) => {}
         }
         if let Some(u) = upgrade {
             spec.upgrade = u;
@@ -360,14 +365,27 @@ pub(crate) fn on_mounted<T>(
     f: impl FnOnce(&Boot) -> Result<T, LifecycleError>,
 ) -> Result<T, LifecycleError> {
     use crate::kernel::mount;
-    mount::mount_spec(&mount::MountSpec {
+    // Loaded here, not left to the kernel's own request: one made while another thread loads
+    // the module finds no filesystem yet ("request_module fs-xfs succeeded, but still no fs").
+    if let Ok(loader) = crate::kernel::modules::Loader::shared() {
+        let _ = loader.load("xfs");
+    }
+    let spec = mount::MountSpec {
         fstype: "xfs",
         source: device,
         target,
         flags: rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV | rustix::mount::MountFlags::NOEXEC,
         data: None,
-    })
-    .map_err(|e| LifecycleError::step(format!("mounting BOOT ({device})"), e))?;
+    };
+    // A module still coming up (listed, not registered yet) fails the first tries.
+    let mut tries = 0;
+    while let Err(e) = mount::mount_spec(&spec) {
+        tries += 1;
+        if tries == 10 {
+            return Err(LifecycleError::step(format!("mounting BOOT ({device})"), e));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
     let out = f(&Boot::at(target));
     let synced = std::fs::File::open(target).and_then(|d| rustix::fs::syncfs(&d).map_err(Into::into));
     let unmounted = mount::unmount(target).map_err(|e| LifecycleError::step("unmounting BOOT", e));

@@ -159,7 +159,7 @@ async fn upload(
     let label = label.to_string();
     let stream = futures::stream::iter(chunks.into_iter().enumerate().map(move |(i, c)| {
         // A line at each quarter: an upload of tens of MiB takes a while over a slow link.
-        if count >= 4 && (i + 1) % count.div_ceil(4) == 0 {
+        if (count >= 4 && (i + 1) % count.div_ceil(4) == 0) || i + 1 == count {
             eprintln!("{label}: uploaded {}%", (i + 1) * 100 / count);
         }
         c
