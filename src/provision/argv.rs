@@ -50,9 +50,10 @@ pub struct NodeLaunch {
     pub serial_log: PathBuf,
     pub pid_file: PathBuf,
     pub qmp_socket: PathBuf,
-    /// The command that answers the node's `talos.config=` fetch (see [`super::serve`]):
-    /// QEMU runs it for each connection to [`super::serve::CONFIG_ADDR`] port 80.
-    pub config_command: Option<String>,
+    /// The command that answers the node's HTTP requests (its `talos.config=` fetch and
+    /// `/images/...`, see [`super::serve`]): QEMU runs it for each connection to
+    /// [`super::serve::CONFIG_ADDR`] port 80.
+    pub serve_command: Option<String>,
     /// The command that answers the node's KMS connections (see [`super::serve::KMS_ADDR`]).
     pub kms_command: Option<String>,
 }
@@ -110,9 +111,9 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     }
     // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
     // forward, and restrict=on keeps the node off the host's networks.
-    // A guestfwd (allowed under restrict=on) serves the node its configuration.
+    // A guestfwd (allowed under restrict=on) serves the node its configuration and images.
     let config = n
-        .config_command
+        .serve_command
         .as_ref()
         .map(|cmd| format!(",guestfwd=tcp:{}:80-cmd:{}", super::serve::CONFIG_ADDR, cmd.replace(',', ",,")))
         .unwrap_or_default();
@@ -221,9 +222,15 @@ mod tests {
             serial_log: dir.join("dev-controlplane-1.log"),
             pid_file: dir.join("dev-controlplane-1.pid"),
             qmp_socket: dir.join("controlplane-1.qmp"),
-            config_command: None,
+            serve_command: None,
             kms_command: None,
         }
+    }
+
+    fn serve_command(config: bool) -> String {
+        let state = Path::new("/home/u/.talos/clusters/dev");
+        let config = config.then(|| state.join("dev-controlplane-1.config.yaml"));
+        super::super::serve::command(Path::new("/usr/bin/talosbox"), config.as_deref(), &state.join("images"))
     }
 
     #[test]
@@ -319,12 +326,24 @@ mod tests {
             false,
             false,
         );
-        let state = Path::new("/home/u/.talos/clusters/dev");
-        n.config_command = Some(super::super::serve::command(
-            Path::new("/usr/bin/talosbox"),
-            &state.join("dev-controlplane-1.config.yaml"),
-        ));
+        n.serve_command = Some(serve_command(true));
         golden("direct-served-config.argv", &qemu_argv(&n));
+    }
+
+    /// Every node has the serving guestfwd; only one with a served config has `--file`.
+    #[test]
+    fn every_node_is_served_images_and_only_its_own_config() {
+        let mut n = node(Media::SystemDisk, false, false);
+        n.serve_command = Some(serve_command(false));
+        let argv = qemu_argv(&n);
+        let netdev = argv.iter().find(|a| a.starts_with("user,id=api,")).unwrap();
+        assert!(
+            netdev.ends_with(
+                ",guestfwd=tcp:10.0.2.100:80-cmd:'/usr/bin/talosbox' talosctl cluster serve-config \
+                 --images '/home/u/.talos/clusters/dev/images'"
+            ),
+            "{netdev}"
+        );
     }
 
     #[test]

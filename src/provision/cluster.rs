@@ -216,10 +216,8 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             },
             (other, _) => other.clone(),
         };
-        let config_command = match &served_config {
-            Some(file) => Some(serve::command(&exe()?, file)),
-            None => None,
-        };
+        // Every node is served the cluster's images; a node with a served config its config.
+        let serve_command = serve::command(&exe()?, served_config.as_deref(), &dir.join(serve::IMAGES_DIR));
         let kms_command = match &kms_key {
             Some(file) => Some(serve::kms_command(&exe()?, file)),
             None => None,
@@ -241,7 +239,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             serial_log: dir.join(format!("{name}.log")),
             pid_file: dir.join(format!("{name}.pid")),
             qmp_socket: dir.join(format!("{short}.qmp")),
-            config_command,
+            serve_command: Some(serve_command),
             kms_command,
         };
         check_socket(&launch.qmp_socket)?;
@@ -300,7 +298,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             }
         },
     };
-    let started = start_all(&dir, &plan, &launches, &opts.ovmf.vars, step);
+    let started = start_all(&dir, &plan, &opts.boot.artifacts, &launches, &opts.ovmf.vars, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
         let survivors = stop_record(&record, &STOPPING, &mut |_| {});
@@ -347,6 +345,7 @@ fn exe() -> Result<PathBuf, ProvisionError> {
 fn start_all(
     dir: &Path,
     plan: &BootPlan,
+    artifacts: &Path,
     launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
     vars_template: &Path,
     step: &mut dyn FnMut(String),
@@ -356,6 +355,7 @@ fn start_all(
         step(format!("building the ESP {} holding {} (mkfs.fat, mtools)", esp.display(), uki.display()));
         host::build_esp(uki, &esp)?;
     }
+    link_images(dir, artifacts, step)?;
     for (node, tpm) in launches {
         if let Some((_, vars)) = &node.ovmf {
             std::fs::copy(vars_template, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
@@ -385,6 +385,26 @@ fn start_all(
         start_qemu(node)?;
         step(format!("{}: QEMU started, API forwarded to 127.0.0.1:{}", node.name, node.api_port));
     }
+    Ok(())
+}
+
+/// Makes the cluster's `images/` (served to every node at `http://10.0.2.100/images/`) with
+/// `images/boot` linking to the artifacts directory the cluster booted from, when there is one.
+fn link_images(dir: &Path, artifacts: &Path, step: &mut dyn FnMut(String)) -> Result<(), ProvisionError> {
+    let images = dir.join(serve::IMAGES_DIR);
+    std::fs::create_dir(&images).map_err(io_err("creating", &images))?;
+    if !artifacts.is_dir() {
+        step(format!("no artifacts directory {}: nothing linked at {}", artifacts.display(), serve::images_url("")));
+        return Ok(());
+    }
+    let target = std::path::absolute(artifacts).map_err(io_err("resolving", artifacts))?;
+    let link = images.join(serve::BOOT_IMAGES);
+    std::os::unix::fs::symlink(&target, &link).map_err(io_err("linking the artifacts at", &link))?;
+    step(format!(
+        "serving {} to the nodes at {}",
+        target.display(),
+        serve::images_url(&format!("{}/", serve::BOOT_IMAGES))
+    ));
     Ok(())
 }
 

@@ -35,12 +35,16 @@ pub enum ClusterCommand {
         #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
         graceful_timeout: Duration,
     },
-    /// Answers one node's `talos.config=` fetch on stdin/stdout (QEMU runs it per connection).
+    /// Answers one HTTP request of a node on stdin/stdout: its `talos.config=` fetch or a file
+    /// under the cluster's images/ (QEMU runs it per connection).
     #[command(hide = true)]
     ServeConfig {
-        /// The node's configuration file.
+        /// The node's configuration file (without it, /config.yaml is 404).
         #[arg(long)]
-        file: PathBuf,
+        file: Option<PathBuf>,
+        /// The cluster's images directory, served under /images/.
+        #[arg(long)]
+        images: Option<PathBuf>,
     },
 }
 
@@ -144,9 +148,10 @@ impl ClusterCommand {
             ClusterCommand::Destroy { name, state, graceful, graceful_timeout } => {
                 cluster_destroy(name, state, graceful.then_some(graceful_timeout))
             }
-            ClusterCommand::ServeConfig { file } => {
+            ClusterCommand::ServeConfig { file, images } => {
                 let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
-                match crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &file) {
+                let served = crate::provision::serve::Served { config: file.as_deref(), images: images.as_deref() };
+                match crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &served) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("talosctl cluster serve-config: {e}");
