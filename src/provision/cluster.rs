@@ -146,7 +146,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
     let names = alloc::node_names(&opts.name, opts.controlplanes, opts.workers)?;
     let plan = absolute_plan(boot::resolve(&opts.boot, &|p: &Path| p.is_file())?)?;
-    let image = match boot::system_image(&plan, &opts.boot.artifacts, &|p: &Path| p.is_file()) {
+    let image = match boot::system_image(&plan, &opts.boot.artifacts, &|p: &Path| p.is_file(), opts.disks.blank)? {
         Some(p) => Some(absolute(&p)?),
         None => None,
     };
@@ -298,7 +298,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             }
         },
     };
-    let started = start_all(&dir, &plan, &opts.boot.artifacts, &launches, &opts.ovmf.vars, step);
+    let started = start_all(&dir, opts, &plan, &launches, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
         let survivors = stop_record(&record, &STOPPING, &mut |_| {});
@@ -344,10 +344,9 @@ fn exe() -> Result<PathBuf, ProvisionError> {
 
 fn start_all(
     dir: &Path,
+    opts: &CreateOptions,
     plan: &BootPlan,
-    artifacts: &Path,
     launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
-    vars_template: &Path,
     step: &mut dyn FnMut(String),
 ) -> Result<(), ProvisionError> {
     if let BootPlan::Uki { uki } = plan {
@@ -355,10 +354,10 @@ fn start_all(
         step(format!("building the ESP {} holding {} (mkfs.fat, mtools)", esp.display(), uki.display()));
         host::build_esp(uki, &esp)?;
     }
-    link_images(dir, artifacts, step)?;
+    link_images(dir, &opts.boot.artifacts, step)?;
     for (node, tpm) in launches {
         if let Some((_, vars)) = &node.ovmf {
-            std::fs::copy(vars_template, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
+            std::fs::copy(&opts.ovmf.vars, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
         }
         for disk in &node.disks {
             // Sparse: the host spends space only for what the image holds and the node writes.
@@ -366,6 +365,9 @@ fn start_all(
             let what = match (disk.role, &disk.source) {
                 (DiskRole::System, Some(image)) => {
                     format!("system disk, {} MiB of {} copied", written.div_ceil(disks::MIB), image.display())
+                }
+                (DiskRole::System, None) if opts.disks.blank => {
+                    "system disk, blank (--blank-disk: for the node to install itself onto)".to_string()
                 }
                 (DiskRole::System, None) => "system disk, blank (no disk.raw among the artifacts)".to_string(),
                 (DiskRole::Extra, _) => "extra disk, blank".to_string(),

@@ -73,6 +73,8 @@ pub enum ProvisionError {
     QemuStart { node: String, status: String, stderr: String },
     #[error("starting swtpm for node {node}: {detail}")]
     SwtpmStart { node: String, detail: String },
+    #[error("reading the partition table of {}: {source}", path.display())]
+    Gpt { path: PathBuf, source: crate::block::gpt::GptError },
     #[error("{0}")]
     NotReady(String),
     #[error("{0}")]

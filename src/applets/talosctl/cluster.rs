@@ -112,6 +112,10 @@ pub struct CreateArgs {
     /// --disk-image, else the artifacts' disk.raw; blank without one), grown to this size.
     #[arg(long, visible_alias = "disk", default_value_t = crate::provision::disks::DEFAULT_SYSTEM_MIB)]
     disk_size: u64,
+    /// Start every node's system disk blank (not a copy of disk.raw), for a node that installs
+    /// itself onto it. Not with --disk-image.
+    #[arg(long)]
+    blank_disk: bool,
     /// Number of blank extra disks per node (virtio, serials talosbox-extra-1, -2, ...).
     #[arg(long, default_value_t = 0)]
     extra_disks: usize,
@@ -199,6 +203,7 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
             system_mib: a.disk_size,
             extra: a.extra_disks,
             extra_mib: a.extra_disks_size,
+            blank: a.blank_disk,
         },
         ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code.clone(), vars: a.ovmf_vars.clone() },
         config,
