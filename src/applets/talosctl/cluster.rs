@@ -46,6 +46,14 @@ pub enum ClusterCommand {
         #[arg(long)]
         images: Option<PathBuf>,
     },
+    /// Runs one node's QEMU (and swtpm) from its launch file, restarting it when the node
+    /// reboots; `cluster create` starts one per node.
+    #[command(hide = true)]
+    LaunchNode {
+        /// The node's launch file (`<node>.launch.json` in the cluster directory).
+        #[arg(long)]
+        launch: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -113,7 +121,7 @@ pub struct CreateArgs {
     #[arg(long, visible_alias = "disk", default_value_t = crate::provision::disks::DEFAULT_SYSTEM_MIB)]
     disk_size: u64,
     /// Start every node's system disk blank (not a copy of disk.raw), for a node that installs
-    /// itself onto it. Not with --disk-image.
+    /// itself onto it; its launcher restarts it from that disk once it did. Not with --disk-image.
     #[arg(long)]
     blank_disk: bool,
     /// Number of blank extra disks per node (virtio, serials talosbox-extra-1, -2, ...).
@@ -163,6 +171,13 @@ impl ClusterCommand {
                     }
                 }
             }
+            ClusterCommand::LaunchNode { launch } => match crate::provision::launch::run(&launch) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("talosctl cluster launch-node: {e}");
+                    ExitCode::FAILURE
+                }
+            },
         }
     }
 }
