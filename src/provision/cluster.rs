@@ -274,6 +274,8 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             qemu_stderr: dir.join(format!("{name}.qemu.err")),
             qemu: launch,
             swtpm: tpm,
+            // Decided once the disk is made (start_all).
+            switch_when_installed: false,
         });
     }
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -395,9 +397,24 @@ fn start_all(
                 disk.serial
             ));
         }
+        // A node booting other media onto a disk with no installed layout yet (--blank-disk) is
+        // moved to its disk once it installs itself there; one on a copy of disk.raw, which has
+        // that layout from the start, keeps its media.
+        let mut config = config.clone();
+        if let Some(system) = node.disks.iter().find(|d| d.role == DiskRole::System)
+            && node.media != Media::SystemDisk
+            && !disks::holds_installed_layout(&system.path)?
+        {
+            config.switch_when_installed = true;
+            step(format!(
+                "{}: boots {} until it installs itself onto its system disk, then from that disk",
+                node.name,
+                node.media.kind()
+            ));
+        }
         let file = launch::launch_file(dir, &node.name);
         config.write(&file)?;
-        let started = launch::spawn(&exe, &file, config, &launch::pid_file(dir, &node.name))?;
+        let started = launch::spawn(&exe, &file, &config, &launch::pid_file(dir, &node.name))?;
         if let Some(t) = &config.swtpm {
             step(format!("{}: swtpm started ({})", node.name, t.socket.display()));
         }

@@ -5,10 +5,12 @@
 //! learns why from the `SHUTDOWN` event on its own QMP connection (QEMU connects to the
 //! launcher's socket at start, so no event is missed) and, on a reboot, starts swtpm (same state
 //! directory: the TPM's state persists) and QEMU again ([`after_shutdown`]). Before it does, a
-//! node booted directly or from the UKI's ESP whose system disk now holds an installed boot
-//! layout is switched to booting from that disk ([`media_after_reset`]); the switch is kept in
-//! the launch file and the cluster record, and said in the launcher's log. A power-off, a quit
-//! or a QEMU that dies ends the launcher.
+//! node booted directly or from the UKI's ESP whose system disk held no installed boot layout
+//! when it was created (a `--blank-disk`) and holds one now — the node installed itself there —
+//! is switched to booting from that disk ([`media_after_reset`]); the switch is kept in the
+//! launch file and the cluster record, and said in the launcher's log. A node whose system disk
+//! is a copy of `disk.raw` (which has that layout from the start) keeps the media it was
+//! created with. A power-off, a quit or a QEMU that dies ends the launcher.
 //!
 //! It never restarts anything after SIGTERM (`destroy` stops the launcher first, then QEMU, so a
 //! QEMU being stopped is never started again), never signals a process it cannot tell is its own
@@ -50,6 +52,11 @@ pub struct LaunchConfig {
     pub log: PathBuf,
     /// QEMU's stderr, of its latest start.
     pub qemu_stderr: PathBuf,
+    /// The node boots other media while its system disk holds no installed boot layout: once
+    /// the disk holds one (the node installed itself), the launcher moves it to the disk. Set by
+    /// `create` from the disk it made; cleared by the switch.
+    #[serde(default)]
+    pub switch_when_installed: bool,
 }
 
 impl LaunchConfig {
@@ -114,10 +121,11 @@ pub fn after_shutdown(reason: Option<&str>) -> AfterStop {
     }
 }
 
-/// The media a node restarts from: its system disk once that holds an installed boot layout
-/// and the node does not boot it yet; `None` keeps what it has.
-pub fn media_after_reset(current: &Media, installed: bool) -> Option<Media> {
-    (installed && *current != Media::SystemDisk).then_some(Media::SystemDisk)
+/// The media a node restarts from: its system disk once that holds an installed boot layout,
+/// when the node does not boot it yet and is waiting to (`armed`: the disk had no such layout
+/// when the node was created); `None` keeps what it has.
+pub fn media_after_reset(current: &Media, armed: bool, installed: bool) -> Option<Media> {
+    (armed && installed && *current != Media::SystemDisk).then_some(Media::SystemDisk)
 }
 
 /// The one line a launcher writes to its stdout, for `create`: its QEMU runs, or why not.
@@ -332,7 +340,7 @@ async fn supervise(
 /// holds an installed boot layout, and keeps that in the launch file and the record. A disk
 /// that cannot be read is logged and the node restarts as it was.
 fn switch_if_installed(file: &Path, config: &mut LaunchConfig, log: &mut Log) {
-    if config.qemu.media == Media::SystemDisk {
+    if !config.switch_when_installed || config.qemu.media == Media::SystemDisk {
         return;
     }
     let Some(system) = config.qemu.disks.iter().find(|d| d.role == DiskRole::System) else { return };
@@ -343,9 +351,12 @@ fn switch_if_installed(file: &Path, config: &mut LaunchConfig, log: &mut Log) {
             false
         }
     };
-    let Some(media) = media_after_reset(&config.qemu.media, installed) else { return };
+    let Some(media) = media_after_reset(&config.qemu.media, config.switch_when_installed, installed) else {
+        return;
+    };
     let before = config.qemu.media.kind();
     config.qemu.media = media;
+    config.switch_when_installed = false;
     log.line(&format!(
         "{} holds an installed boot layout ({}): restarting from the installed system disk instead of {before}",
         system.path.display(),
@@ -586,16 +597,35 @@ mod tests {
         }
     }
 
+    /// (media, armed, installed) → the media of the next boot, if it changes.
     #[test]
     fn a_node_moves_to_its_system_disk_once_installed_and_only_then() {
         let direct = Media::Direct { kernel: "/k".into(), initrd: "/i".into(), cmdline: "c".into() };
         let esp = Media::Esp { image: "/e".into() };
-        assert_eq!(media_after_reset(&direct, true), Some(Media::SystemDisk));
-        assert_eq!(media_after_reset(&esp, true), Some(Media::SystemDisk));
-        assert_eq!(media_after_reset(&direct, false), None);
-        assert_eq!(media_after_reset(&esp, false), None);
-        assert_eq!(media_after_reset(&Media::SystemDisk, true), None, "already there");
-        assert_eq!(media_after_reset(&Media::SystemDisk, false), None);
+        let disk = Some(Media::SystemDisk);
+        let table: &[(&Media, bool, bool, Option<Media>)] = &[
+            // A blank disk the node installed itself onto.
+            (&direct, true, true, disk.clone()),
+            (&esp, true, true, disk.clone()),
+            // Not installed yet: as it was.
+            (&direct, true, false, None),
+            (&esp, true, false, None),
+            // A copy of disk.raw, installed from the start: the node keeps its media.
+            (&direct, false, true, None),
+            (&esp, false, true, None),
+            (&direct, false, false, None),
+            // Already booting its disk.
+            (&Media::SystemDisk, true, true, None),
+            (&Media::SystemDisk, false, true, None),
+            (&Media::SystemDisk, true, false, None),
+        ];
+        for (media, armed, installed, want) in table {
+            assert_eq!(
+                media_after_reset(media, *armed, *installed),
+                *want,
+                "{media:?} armed={armed} installed={installed}"
+            );
+        }
     }
 
     /// The report line `create` reads maps back to the error the launcher met.
@@ -642,6 +672,7 @@ mod tests {
             swtpm: None,
             log: log_file(d, "c-controlplane-1"),
             qemu_stderr: d.join("c-controlplane-1.qemu.err"),
+            switch_when_installed: true,
         };
         let file = launch_file(d, "c-controlplane-1");
         config.write(&file).unwrap();
@@ -650,6 +681,7 @@ mod tests {
         assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
         let mut switched = config.clone();
         switched.qemu.media = Media::SystemDisk;
+        switched.switch_when_installed = false;
         switched.write(&file).unwrap();
         assert_eq!(LaunchConfig::read(&file).unwrap(), switched);
         assert!(!file.with_extension("json.tmp").exists());
