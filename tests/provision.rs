@@ -798,6 +798,11 @@ fn a_direct_node_is_restarted_from_the_disk_it_installed_itself_onto() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("system disk, blank (--blank-disk"), "{}", text(&out));
+    assert!(
+        text(&out).contains("inst-controlplane-1: boots the kernel and initramfs (direct) until it installs itself"),
+        "{}",
+        text(&out)
+    );
     let dir = state.join("inst");
     let node = "inst-controlplane-1";
     let (system, serial, launcher_log) = (
@@ -879,10 +884,11 @@ fn a_direct_node_is_restarted_from_the_disk_it_installed_itself_onto() {
     drop(guard);
 }
 
-/// A guest that resets itself every boot, on a blank disk that never gets a layout, is started
-/// again each time from its kernel (the serial log, appended to, counts the boots), until
-/// `destroy` stops its launcher and QEMU in the middle of that; a guest that powers itself off
-/// ends its launcher with no one asking.
+/// A directly booted guest that resets itself every boot, whose system disk is a copy of the
+/// artifacts' disk.raw (which holds Talos's layout from the start, as the imager's does), is
+/// started again each time from its kernel, as it was created (the serial log, appended to,
+/// counts the boots), until `destroy` stops its launcher and QEMU in the middle of that; a guest
+/// that powers itself off ends its launcher with no one asking.
 #[test]
 fn reboots_restart_the_node_as_it_was_and_a_power_off_ends_the_launcher() {
     let Some((root, vmlinuz)) = launcher_scratch("loop") else { return };
@@ -890,9 +896,14 @@ fn reboots_restart_the_node_as_it_was_and_a_power_off_ends_the_launcher() {
     let guard = Cluster { names: &["loop", "off"], state: state.clone() };
     let s = state.to_string_lossy().to_string();
     let k = vmlinuz.to_string_lossy().to_string();
-    let create = |name: &str, init: &str| {
+    let artifacts = root.join("art");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    std::fs::File::create(artifacts.join("disk.raw")).unwrap().set_len(48 << 20).unwrap();
+    write_installed_layout(&artifacts.join("disk.raw"));
+    let a = artifacts.to_string_lossy().to_string();
+    let create = |name: &str, init: &str, disk: &[&str]| {
         let initrd = root.join(format!("{init}.cpio")).to_string_lossy().to_string();
-        let out = talosctl(&[
+        let mut args = vec![
             "cluster",
             "create",
             "--skip-config",
@@ -900,20 +911,26 @@ fn reboots_restart_the_node_as_it_was_and_a_power_off_ends_the_launcher() {
             name,
             "--state",
             &s,
+            "--artifacts",
+            &a,
             "--kernel",
             &k,
             "--initrd",
             &initrd,
-            "--blank-disk",
             "--disk-size",
             "64",
             "--memory",
             "512",
-        ]);
+        ];
+        args.extend(disk);
+        let out = talosctl(&args);
         assert!(out.status.success(), "{}", text(&out));
+        text(&out)
     };
 
-    create("loop", "reboot");
+    let printed = create("loop", "reboot", &[]);
+    assert!(printed.contains("system disk, 1 MiB of"), "a copy of disk.raw: {printed}");
+    assert!(!printed.contains("until it installs itself"), "{printed}");
     let dir = state.join("loop");
     let node = "loop-controlplane-1";
     let (serial, launcher_log) = (dir.join(format!("{node}.log")), dir.join(format!("{node}.launcher.log")));
@@ -923,7 +940,7 @@ fn reboots_restart_the_node_as_it_was_and_a_power_off_ends_the_launcher() {
     });
     let log = read_text(&launcher_log);
     assert!(log.matches("SHUTDOWN guest-reset): the node rebooted").count() >= 2, "{log}");
-    assert!(!log.contains("installed"), "a blank disk never switches: {log}");
+    assert!(!log.contains("installed"), "a disk installed from the start never switches: {log}");
     if let Some((_, argv)) = live_qemu(&dir.join(format!("{node}.pid"))) {
         assert!(argv.iter().any(|a| a == "-kernel"), "still booting directly: {argv:?}");
     }
@@ -946,7 +963,8 @@ fn reboots_restart_the_node_as_it_was_and_a_power_off_ends_the_launcher() {
         .collect();
     assert!(strays.is_empty(), "QEMU {strays:?} of a destroyed node");
 
-    create("off", "poweroff");
+    let printed = create("off", "poweroff", &["--blank-disk"]);
+    assert!(printed.contains("until it installs itself onto its system disk"), "{printed}");
     let dir = state.join("off");
     let node = "off-controlplane-1";
     let launcher = read_pid(&dir.join(format!("{node}.launcher.pid")));
@@ -963,8 +981,9 @@ fn reboots_restart_the_node_as_it_was_and_a_power_off_ends_the_launcher() {
     drop(guard);
 }
 
-/// A UKI node (its ESP booted under OVMF) whose blank system disk gets the installed layout is
-/// moved off its ESP when reset over QMP (`system_reset`, the reset button).
+/// A UKI node (`--uki` without a value: the artifacts' talosbox.efi; its ESP booted under OVMF)
+/// whose blank system disk gets the installed layout is moved off its ESP when reset over QMP
+/// (`system_reset`, the reset button).
 #[test]
 fn a_uki_node_leaves_its_esp_for_its_installed_disk() {
     let Some(root) = scratch("esp") else { return };
@@ -976,9 +995,10 @@ fn a_uki_node_leaves_its_esp_for_its_installed_disk() {
     let state = root.join("s");
     let guard = Cluster { names: &["esp"], state: state.clone() };
     // OVMF will not boot it; the test is about what the launcher does with the media.
-    let uki = root.join("talosbox.efi");
-    std::fs::write(&uki, vec![0u8; 4096]).unwrap();
-    let (s, u) = (state.to_string_lossy().to_string(), uki.to_string_lossy().to_string());
+    let artifacts = root.join("art");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    std::fs::write(artifacts.join("talosbox.efi"), vec![0u8; 4096]).unwrap();
+    let (s, a) = (state.to_string_lossy().to_string(), artifacts.to_string_lossy().to_string());
     let out = talosctl(&[
         "cluster",
         "create",
@@ -987,8 +1007,9 @@ fn a_uki_node_leaves_its_esp_for_its_installed_disk() {
         "esp",
         "--state",
         &s,
+        "--artifacts",
+        &a,
         "--uki",
-        &u,
         "--blank-disk",
         "--disk-size",
         "64",

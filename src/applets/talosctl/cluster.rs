@@ -73,9 +73,10 @@ pub struct CreateArgs {
     /// The initramfs for direct boot (default: the artifacts' initramfs.zst, or .lz4, .xz, .gz, .cpio).
     #[arg(long)]
     initrd: Option<PathBuf>,
-    /// Boot this UKI from a FAT ESP under OVMF (implies --with-uefi).
-    #[arg(long)]
-    uki: Option<PathBuf>,
+    /// Boot a UKI from a FAT ESP under OVMF (implies --with-uefi): this file, or without a
+    /// value the artifacts' talosbox.efi.
+    #[arg(long, num_args = 0..=1, value_name = "UKI")]
+    uki: Option<Option<PathBuf>>,
     /// Boot this GRUB disk image (BIOS unless --with-uefi): each node boots its own persistent
     /// copy, its system disk; the image stays as built.
     #[arg(long)]
@@ -203,7 +204,7 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
             artifacts: a.artifacts.clone(),
             kernel: a.kernel.clone(),
             initrd: a.initrd.clone(),
-            uki: a.uki.clone(),
+            uki: a.uki.clone().map(|uki| uki.unwrap_or_else(|| a.artifacts.join(crate::provision::boot::UKI))),
             disk_image: a.disk_image.clone(),
             with_uefi: a.with_uefi,
             extra_kernel_args: a.extra_kernel_args.clone(),
