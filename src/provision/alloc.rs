@@ -75,6 +75,37 @@ impl fmt::Display for Mac {
     }
 }
 
+impl FromStr for Mac {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut out = [0u8; 6];
+        let mut parts = s.split(':');
+        for byte in &mut out {
+            let part = parts.next().ok_or_else(|| format!("{s:?} is not six hex octets"))?;
+            if part.len() != 2 {
+                return Err(format!("{s:?} is not six hex octets"));
+            }
+            *byte = u8::from_str_radix(part, 16).map_err(|e| format!("{s:?}: {e}"))?;
+        }
+        if parts.next().is_some() {
+            return Err(format!("{s:?} is not six hex octets"));
+        }
+        Ok(Mac(out))
+    }
+}
+
+impl Serialize for Mac {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Mac {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 /// Which of a node's two NICs a MAC is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Nic {
@@ -239,6 +270,17 @@ pub fn api_ports(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A MAC goes into a node's launch file and comes back the same; malformed text is refused.
+    #[test]
+    fn macs_round_trip_as_text() {
+        let m = mac("dev", Nic::Lan, 3);
+        assert_eq!(m.to_string().parse::<Mac>(), Ok(m));
+        assert_eq!(serde_json::from_str::<Mac>(&serde_json::to_string(&m).unwrap()).unwrap(), m);
+        for bad in ["", "52:54:00:00:00", "52:54:00:00:00:01:02", "52:54:00:00:00:1", "52:54:00:00:00:zz"] {
+            assert!(bad.parse::<Mac>().is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn names_valid_and_invalid() {

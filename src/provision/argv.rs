@@ -1,10 +1,14 @@
-//! The command lines the provisioner runs: one QEMU per node and one swtpm per node with a TPM.
-//! Pure functions of a [`NodeLaunch`]; golden files under `golden/` pin every argument.
+//! The command lines the provisioner runs: one QEMU per node, run in the foreground of the
+//! node's launcher (see [`super::launch`]), and one swtpm per node with a TPM. Pure functions of
+//! a [`NodeLaunch`]; golden files under `golden/` pin every argument.
 //!
 //! Never decides anything about the host here (paths, ports and addresses come in resolved).
 
+use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 
 use super::alloc::{Mac, Mcast};
 use super::disks::{DiskRole, ESP_SERIAL, NodeDisk};
@@ -15,19 +19,52 @@ pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
 /// How the node finds its kernel.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Media {
     /// QEMU loads kernel and initramfs itself (`-kernel -initrd -append`).
     Direct { kernel: PathBuf, initrd: PathBuf, cmdline: String },
     /// The UKI's FAT ESP, one image for the whole cluster: attached first with `snapshot=on`, so
     /// writes go to a temporary overlay and the image stays as built, and booted first.
     Esp { image: PathBuf },
-    /// The node's system disk (its copy of the GRUB disk) is also its boot disk.
+    /// The node's system disk (its copy of the GRUB disk, or the disk it installed itself
+    /// onto) is also its boot disk.
     SystemDisk,
 }
 
+impl Media {
+    /// Which kind of media this is, for the cluster record.
+    pub fn kind(&self) -> BootMedia {
+        match self {
+            Media::Direct { .. } => BootMedia::Direct,
+            Media::Esp { .. } => BootMedia::Esp,
+            Media::SystemDisk => BootMedia::SystemDisk,
+        }
+    }
+}
+
+/// What a node boots from, as the cluster record keeps it: the launcher moves a node from
+/// `direct` or `esp` to `system-disk` once the node installed itself onto its system disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BootMedia {
+    Direct,
+    Esp,
+    SystemDisk,
+}
+
+impl fmt::Display for BootMedia {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BootMedia::Direct => "the kernel and initramfs (direct)",
+            BootMedia::Esp => "the UKI's ESP",
+            BootMedia::SystemDisk => "its system disk",
+        })
+    }
+}
+
 /// Everything one node's QEMU needs, already allocated.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeLaunch {
     pub name: String,
     /// The SMBIOS system UUID (`-uuid`), the node's machine UUID.
@@ -47,12 +84,18 @@ pub struct NodeLaunch {
     pub tpm_socket: Option<PathBuf>,
     /// The node's own disks (raw, sparse, written in place), the system disk first.
     pub disks: Vec<NodeDisk>,
+    /// The serial console, appended to across the node's QEMU restarts (one log of all boots).
     pub serial_log: PathBuf,
     pub pid_file: PathBuf,
+    /// QMP for `cluster destroy` and tests (QEMU listens).
     pub qmp_socket: PathBuf,
-    /// The command that answers the node's `talos.config=` fetch (see [`super::serve`]):
-    /// QEMU runs it for each connection to [`super::serve::CONFIG_ADDR`] port 80.
-    pub config_command: Option<String>,
+    /// The launcher's own QMP connection: the launcher listens here and QEMU connects, so no
+    /// event (above all `SHUTDOWN` and its reason) is missed between QEMU's start and a client's.
+    pub events_socket: PathBuf,
+    /// The command that answers the node's HTTP requests (its `talos.config=` fetch and
+    /// `/images/...`, see [`super::serve`]): QEMU runs it for each connection to
+    /// [`super::serve::CONFIG_ADDR`] port 80.
+    pub serve_command: Option<String>,
     /// The command that answers the node's KMS connections (see [`super::serve::KMS_ADDR`]).
     pub kms_command: Option<String>,
 }
@@ -86,7 +129,8 @@ pub fn node_ip_args(hostname: &str, lan: Ipv4Addr) -> String {
     format!("ip={lan}:::{mask}:{hostname}:eth1:off")
 }
 
-/// QEMU's arguments (without the program name) for one node, run detached.
+/// QEMU's arguments (without the program name) for one node, run in the foreground of its
+/// launcher.
 pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -94,12 +138,21 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     push(&["-uuid", &n.uuid]);
     push(&["-accel", &n.accel]);
     push(&["-m", &n.memory_mib.to_string(), "-smp", &n.cpus.to_string()]);
-    // Detached: no display, no monitor on stdio; the serial console goes to the log file and QMP
-    // to a socket `cluster destroy` uses.
+    // No display, no monitor on stdio: the serial console goes to the log file, QMP to a socket
+    // `cluster destroy` uses.
     push(&["-display", "none", "-monitor", "none", "-parallel", "none"]);
-    push(&["-serial", &format!("file:{}", n.serial_log.to_string_lossy())]);
+    // A guest reboot ends QEMU (SHUTDOWN, reason guest-reset) instead of resetting the machine
+    // in place: the launcher starts it again, from the disk the node installed itself onto.
+    push(&["-no-reboot"]);
+    // Appended, so the log holds every boot of the node, across QEMU restarts.
+    push(&["-chardev", &format!("file,id=serial0,path={},append=on", opt(&n.serial_log))]);
+    push(&["-serial", "chardev:serial0"]);
     push(&["-qmp", &format!("unix:{},server=on,wait=off", opt(&n.qmp_socket))]);
-    push(&["-daemonize", "-pidfile", &qemu_pid_arg(&n.pid_file)]);
+    // The launcher's monitor: QEMU connects to the launcher's socket at start (and fails to
+    // start without it).
+    push(&["-chardev", &format!("socket,id=events,path={},server=off", opt(&n.events_socket))]);
+    push(&["-mon", "chardev=events,mode=control"]);
+    push(&["-pidfile", &qemu_pid_arg(&n.pid_file)]);
     if let Some((code, vars)) = &n.ovmf {
         push(&["-drive", &format!("if=pflash,format=raw,unit=0,readonly=on,file={}", opt(code))]);
         push(&["-drive", &format!("if=pflash,format=raw,unit=1,file={}", opt(vars))]);
@@ -110,9 +163,9 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     }
     // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
     // forward, and restrict=on keeps the node off the host's networks.
-    // A guestfwd (allowed under restrict=on) serves the node its configuration.
+    // A guestfwd (allowed under restrict=on) serves the node its configuration and images.
     let config = n
-        .config_command
+        .serve_command
         .as_ref()
         .map(|cmd| format!(",guestfwd=tcp:{}:80-cmd:{}", super::serve::CONFIG_ADDR, cmd.replace(',', ",,")))
         .unwrap_or_default();
@@ -166,7 +219,7 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
 }
 
 /// Where one node's swtpm keeps its state, socket, pid and log.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SwtpmLaunch {
     pub state_dir: PathBuf,
     pub socket: PathBuf,
@@ -175,7 +228,7 @@ pub struct SwtpmLaunch {
 }
 
 /// swtpm's arguments: a TPM 2.0 behind a unix control socket, detached, ending itself when QEMU
-/// closes the connection.
+/// closes the connection (the launcher starts it again, on the same state, before each QEMU).
 pub fn swtpm_argv(t: &SwtpmLaunch) -> Vec<String> {
     vec![
         "socket".into(),
@@ -221,9 +274,16 @@ mod tests {
             serial_log: dir.join("dev-controlplane-1.log"),
             pid_file: dir.join("dev-controlplane-1.pid"),
             qmp_socket: dir.join("controlplane-1.qmp"),
-            config_command: None,
+            events_socket: dir.join("controlplane-1.events"),
+            serve_command: None,
             kms_command: None,
         }
+    }
+
+    fn serve_command(config: bool) -> String {
+        let state = Path::new("/home/u/.talos/clusters/dev");
+        let config = config.then(|| state.join("dev-controlplane-1.config.yaml"));
+        super::super::serve::command(Path::new("/usr/bin/talosbox"), config.as_deref(), &state.join("images"))
     }
 
     #[test]
@@ -319,12 +379,75 @@ mod tests {
             false,
             false,
         );
-        let state = Path::new("/home/u/.talos/clusters/dev");
-        n.config_command = Some(super::super::serve::command(
-            Path::new("/usr/bin/talosbox"),
-            &state.join("dev-controlplane-1.config.yaml"),
-        ));
+        n.serve_command = Some(serve_command(true));
         golden("direct-served-config.argv", &qemu_argv(&n));
+    }
+
+    /// A UKI node with a TPM after it installed itself: its launcher moved it to its system disk
+    /// (no ESP any more, the system disk boots), everything else as before.
+    #[test]
+    fn golden_installed_uefi_tpm() {
+        let mut n = node(Media::Esp { image: "/home/u/.talos/clusters/dev/esp.img".into() }, true, true);
+        n.serve_command = Some(serve_command(false));
+        n.media = Media::SystemDisk;
+        golden("installed-uefi-tpm.argv", &qemu_argv(&n));
+    }
+
+    /// What the launcher changes when a node installed itself, and only that: a directly booted
+    /// node loses -kernel/-initrd/-append, a UKI node its ESP, and the system disk gets boot
+    /// index 0. Every other argument stays as it was, in order.
+    #[test]
+    fn switching_to_the_system_disk_drops_the_boot_media_and_nothing_else() {
+        for before in [direct(), Media::Esp { image: "/c/esp.img".into() }] {
+            let mut n = node(before.clone(), true, false);
+            n.serve_command = Some(serve_command(true));
+            let mut want = qemu_argv(&n);
+            n.media = Media::SystemDisk;
+            let got = qemu_argv(&n);
+            match before {
+                Media::Direct { .. } => {
+                    let i = want.iter().position(|a| a == "-kernel").unwrap();
+                    let gone: Vec<String> = want.drain(i..i + 6).collect();
+                    assert_eq!(gone[2], "-initrd");
+                    assert_eq!(gone[4], "-append");
+                }
+                _ => {
+                    let i = want.iter().position(|a| a.contains("id=esp-drive")).unwrap() - 1;
+                    let gone: Vec<String> = want.drain(i..i + 4).collect();
+                    assert_eq!((gone[0].as_str(), gone[2].as_str()), ("-drive", "-device"));
+                }
+            }
+            let system = want.iter_mut().find(|a| a.starts_with("virtio-blk-pci,id=system,")).unwrap();
+            system.push_str(",bootindex=0");
+            assert_eq!(got, want);
+        }
+    }
+
+    /// A launch file carries a node's launch through JSON unchanged.
+    #[test]
+    fn a_node_launch_round_trips_through_json() {
+        for media in [direct(), Media::Esp { image: "/c/esp.img".into() }, Media::SystemDisk] {
+            let mut n = node(media, true, true);
+            n.serve_command = Some(serve_command(true));
+            let text = serde_json::to_string(&n).unwrap();
+            assert_eq!(serde_json::from_str::<NodeLaunch>(&text).unwrap(), n, "{text}");
+        }
+    }
+
+    /// Every node has the serving guestfwd; only one with a served config has `--file`.
+    #[test]
+    fn every_node_is_served_images_and_only_its_own_config() {
+        let mut n = node(Media::SystemDisk, false, false);
+        n.serve_command = Some(serve_command(false));
+        let argv = qemu_argv(&n);
+        let netdev = argv.iter().find(|a| a.starts_with("user,id=api,")).unwrap();
+        assert!(
+            netdev.ends_with(
+                ",guestfwd=tcp:10.0.2.100:80-cmd:'/usr/bin/talosbox' talosctl cluster serve-config \
+                 --images '/home/u/.talos/clusters/dev/images'"
+            ),
+            "{netdev}"
+        );
     }
 
     #[test]

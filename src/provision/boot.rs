@@ -119,11 +119,24 @@ pub fn resolve(req: &BootRequest, exists: &dyn Fn(&Path) -> bool) -> Result<Boot
 
 /// The image each node's system disk is a copy of: the GRUB disk a disk boot boots, else the
 /// artifacts' `disk.raw` when there is one (direct and UKI nodes keep their volumes on it, as
-/// on an installed machine); `None` gives the nodes a blank system disk.
-pub fn system_image(plan: &BootPlan, artifacts: &Path, exists: &dyn Fn(&Path) -> bool) -> Option<PathBuf> {
+/// on an installed machine); `None` gives the nodes a blank system disk, as `blank`
+/// (`--blank-disk`) asks for a node that installs itself. A disk boot cannot have one: it would
+/// have nothing to boot.
+pub fn system_image(
+    plan: &BootPlan,
+    artifacts: &Path,
+    exists: &dyn Fn(&Path) -> bool,
+    blank: bool,
+) -> Result<Option<PathBuf>, ProvisionError> {
     match plan {
-        BootPlan::Disk { image, .. } => Some(image.clone()),
-        BootPlan::Direct { .. } | BootPlan::Uki { .. } => Some(artifacts.join(DISK)).filter(|p| exists(p)),
+        BootPlan::Disk { .. } if blank => Err(ProvisionError::Conflict(
+            "--blank-disk and --disk-image exclude each other: a --disk-image node boots its system disk, \
+             which --blank-disk would leave with nothing to boot (use --blank-disk with the direct or --uki boot)"
+                .to_string(),
+        )),
+        BootPlan::Disk { image, .. } => Ok(Some(image.clone())),
+        BootPlan::Direct { .. } | BootPlan::Uki { .. } if blank => Ok(None),
+        BootPlan::Direct { .. } | BootPlan::Uki { .. } => Ok(Some(artifacts.join(DISK)).filter(|p| exists(p))),
     }
 }
 
@@ -190,12 +203,25 @@ mod tests {
     #[test]
     fn the_system_disk_copies_the_boot_disk_or_the_artifacts_disk_raw() {
         let disk = BootPlan::Disk { image: "/i/my.raw".into(), uefi: false };
-        assert_eq!(system_image(&disk, Path::new("_out"), &none), Some("/i/my.raw".into()));
+        assert_eq!(system_image(&disk, Path::new("_out"), &none, false).unwrap(), Some("/i/my.raw".into()));
         let direct = resolve(&req(), &all).unwrap();
-        assert_eq!(system_image(&direct, Path::new("_out"), &all), Some("_out/disk.raw".into()));
-        assert_eq!(system_image(&direct, Path::new("_out"), &none), None, "no disk.raw: a blank disk");
+        assert_eq!(system_image(&direct, Path::new("_out"), &all, false).unwrap(), Some("_out/disk.raw".into()));
+        assert_eq!(system_image(&direct, Path::new("_out"), &none, false).unwrap(), None, "no disk.raw: a blank disk");
         let uki = BootPlan::Uki { uki: "/u.efi".into() };
-        assert_eq!(system_image(&uki, Path::new("/a"), &all), Some("/a/disk.raw".into()));
+        assert_eq!(system_image(&uki, Path::new("/a"), &all, false).unwrap(), Some("/a/disk.raw".into()));
+    }
+
+    /// `--blank-disk` leaves a direct or UKI node's system disk blank even with a disk.raw, and
+    /// is refused with `--disk-image`, naming both flags.
+    #[test]
+    fn a_blank_disk_is_for_nodes_that_boot_something_else() {
+        let direct = resolve(&req(), &all).unwrap();
+        assert_eq!(system_image(&direct, Path::new("_out"), &all, true).unwrap(), None);
+        let uki = BootPlan::Uki { uki: "/u.efi".into() };
+        assert_eq!(system_image(&uki, Path::new("/a"), &all, true).unwrap(), None);
+        let disk = BootPlan::Disk { image: "/i/my.raw".into(), uefi: true };
+        let err = system_image(&disk, Path::new("_out"), &all, true).unwrap_err().to_string();
+        assert!(err.contains("--blank-disk") && err.contains("--disk-image"), "{err}");
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Creating, waiting for and destroying a cluster: the effects around the pure plan. `create`
-//! writes the record first, then starts swtpm and QEMU per node; if any start fails it stops
-//! whatever it already started and removes the directory, so a failed create leaves nothing.
+//! writes the record first, then starts one launcher per node (see [`super::launch`]), which
+//! starts the node's swtpm and QEMU and keeps them running across reboots; if any start fails it
+//! stops whatever it already started and removes the directory, so a failed create leaves
+//! nothing. `destroy` stops each node's launcher before its QEMU, so nothing is restarted
+//! while it is being stopped.
 //!
 //! Never removes a directory that holds no cluster record, and never leaves a process running
 //! that the record does not name.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::alloc::{self, Nic};
@@ -15,6 +16,7 @@ use super::argv::{self, Media, NodeLaunch, SwtpmLaunch};
 use super::boot::{self, BootPlan, BootRequest};
 use super::disks::{self, DiskRole};
 use super::host::{self, Tool};
+use super::launch::{self, LaunchConfig};
 use super::serve;
 use super::state::{self, ClusterRecord, NodeRecord};
 use super::{ProvisionError, io_err};
@@ -146,7 +148,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     let dir = cluster_dir(&opts.name, opts.state_root.as_deref())?;
     let names = alloc::node_names(&opts.name, opts.controlplanes, opts.workers)?;
     let plan = absolute_plan(boot::resolve(&opts.boot, &|p: &Path| p.is_file())?)?;
-    let image = match boot::system_image(&plan, &opts.boot.artifacts, &|p: &Path| p.is_file()) {
+    let image = match boot::system_image(&plan, &opts.boot.artifacts, &|p: &Path| p.is_file(), opts.disks.blank)? {
         Some(p) => Some(absolute(&p)?),
         None => None,
     };
@@ -216,10 +218,8 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             },
             (other, _) => other.clone(),
         };
-        let config_command = match &served_config {
-            Some(file) => Some(serve::command(&exe()?, file)),
-            None => None,
-        };
+        // Every node is served the cluster's images; a node with a served config its config.
+        let serve_command = serve::command(&exe()?, served_config.as_deref(), &dir.join(serve::IMAGES_DIR));
         let kms_command = match &kms_key {
             Some(file) => Some(serve::kms_command(&exe()?, file)),
             None => None,
@@ -241,10 +241,12 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             serial_log: dir.join(format!("{name}.log")),
             pid_file: dir.join(format!("{name}.pid")),
             qmp_socket: dir.join(format!("{short}.qmp")),
-            config_command,
+            events_socket: dir.join(format!("{short}.events")),
+            serve_command: Some(serve_command),
             kms_command,
         };
         check_socket(&launch.qmp_socket)?;
+        check_socket(&launch.events_socket)?;
         if let Some(t) = &tpm {
             check_socket(&t.socket)?;
         }
@@ -262,8 +264,19 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             swtpm_pid_file: tpm.as_ref().map(|t| t.pid_file.clone()),
             disks: launch.disks.clone(),
             served_config,
+            launch_file: Some(launch::launch_file(&dir, name)),
+            launcher_pid_file: Some(launch::pid_file(&dir, name)),
+            boots_from: Some(launch.media.kind()),
         });
-        launches.push((launch, tpm));
+        launches.push(LaunchConfig {
+            cluster_dir: dir.clone(),
+            log: launch::log_file(&dir, name),
+            qemu_stderr: dir.join(format!("{name}.qemu.err")),
+            qemu: launch,
+            swtpm: tpm,
+            // Decided once the disk is made (start_all).
+            switch_when_installed: false,
+        });
     }
     let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let record = ClusterRecord { name: opts.name.clone(), created, boot: plan.to_string(), lan, nodes };
@@ -300,7 +313,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             }
         },
     };
-    let started = start_all(&dir, &plan, &launches, &opts.ovmf.vars, step);
+    let started = start_all(&dir, opts, &plan, &launches, step);
     if let Err(e) = started {
         step("start failed: stopping what was started and removing the state directory".to_string());
         let survivors = stop_record(&record, &STOPPING, &mut |_| {});
@@ -320,7 +333,6 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
     Ok(Created { dir, plan, record, generated })
 }
 
-/// This program, for QEMU to run as the configuration server.
 /// The cluster's KMS key (base64 of 32 random bytes), in its state directory.
 pub const KMS_KEY_FILE: &str = "kms.key";
 
@@ -340,15 +352,16 @@ fn write_kms_key(path: &Path) -> Result<(), ProvisionError> {
         .map_err(io_err("writing the KMS key", path))
 }
 
+/// This program, for QEMU to run as the configuration server and to run the launchers.
 fn exe() -> Result<PathBuf, ProvisionError> {
     std::env::current_exe().map_err(io_err("finding this program", "/proc/self/exe"))
 }
 
 fn start_all(
     dir: &Path,
+    opts: &CreateOptions,
     plan: &BootPlan,
-    launches: &[(NodeLaunch, Option<SwtpmLaunch>)],
-    vars_template: &Path,
+    launches: &[LaunchConfig],
     step: &mut dyn FnMut(String),
 ) -> Result<(), ProvisionError> {
     if let BootPlan::Uki { uki } = plan {
@@ -356,9 +369,12 @@ fn start_all(
         step(format!("building the ESP {} holding {} (mkfs.fat, mtools)", esp.display(), uki.display()));
         host::build_esp(uki, &esp)?;
     }
-    for (node, tpm) in launches {
+    link_images(dir, &opts.boot.artifacts, step)?;
+    let exe = exe()?;
+    for config in launches {
+        let node = &config.qemu;
         if let Some((_, vars)) = &node.ovmf {
-            std::fs::copy(vars_template, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
+            std::fs::copy(&opts.ovmf.vars, vars).map_err(io_err("copying the OVMF variable store to", vars))?;
         }
         for disk in &node.disks {
             // Sparse: the host spends space only for what the image holds and the node writes.
@@ -366,6 +382,9 @@ fn start_all(
             let what = match (disk.role, &disk.source) {
                 (DiskRole::System, Some(image)) => {
                     format!("system disk, {} MiB of {} copied", written.div_ceil(disks::MIB), image.display())
+                }
+                (DiskRole::System, None) if opts.disks.blank => {
+                    "system disk, blank (--blank-disk: for the node to install itself onto)".to_string()
                 }
                 (DiskRole::System, None) => "system disk, blank (no disk.raw among the artifacts)".to_string(),
                 (DiskRole::Extra, _) => "extra disk, blank".to_string(),
@@ -378,64 +397,56 @@ fn start_all(
                 disk.serial
             ));
         }
-        if let Some(t) = tpm {
-            start_swtpm(&node.name, t)?;
+        // A node booting other media onto a disk with no installed layout yet (--blank-disk) is
+        // moved to its disk once it installs itself there; one on a copy of disk.raw, which has
+        // that layout from the start, keeps its media.
+        let mut config = config.clone();
+        if let Some(system) = node.disks.iter().find(|d| d.role == DiskRole::System)
+            && node.media != Media::SystemDisk
+            && !disks::holds_installed_layout(&system.path)?
+        {
+            config.switch_when_installed = true;
+            step(format!(
+                "{}: boots {} until it installs itself onto its system disk, then from that disk",
+                node.name,
+                node.media.kind()
+            ));
+        }
+        let file = launch::launch_file(dir, &node.name);
+        config.write(&file)?;
+        let started = launch::spawn(&exe, &file, &config, &launch::pid_file(dir, &node.name))?;
+        if let Some(t) = &config.swtpm {
             step(format!("{}: swtpm started ({})", node.name, t.socket.display()));
         }
-        start_qemu(node)?;
-        step(format!("{}: QEMU started, API forwarded to 127.0.0.1:{}", node.name, node.api_port));
+        step(format!(
+            "{}: launcher (pid {}) started QEMU (pid {}), booting from {}; API forwarded to 127.0.0.1:{}",
+            node.name,
+            started.launcher_pid,
+            started.qemu_pid,
+            node.media.kind(),
+            node.api_port
+        ));
     }
     Ok(())
 }
 
-fn start_swtpm(node: &str, t: &SwtpmLaunch) -> Result<(), ProvisionError> {
-    std::fs::create_dir_all(&t.state_dir).map_err(io_err("creating the TPM state directory", &t.state_dir))?;
-    let program = host::which(host::SWTPM.name).unwrap_or_else(|| PathBuf::from(host::SWTPM.name));
-    let out = Command::new(program)
-        .args(argv::swtpm_argv(t))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| ProvisionError::Spawn { tool: "swtpm".into(), source })?;
-    if !out.status.success() {
-        return Err(ProvisionError::SwtpmStart {
-            node: node.to_string(),
-            detail: format!("exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-        });
+/// Makes the cluster's `images/` (served to every node at `http://10.0.2.100/images/`) with
+/// `images/boot` linking to the artifacts directory the cluster booted from, when there is one.
+fn link_images(dir: &Path, artifacts: &Path, step: &mut dyn FnMut(String)) -> Result<(), ProvisionError> {
+    let images = dir.join(serve::IMAGES_DIR);
+    std::fs::create_dir(&images).map_err(io_err("creating", &images))?;
+    if !artifacts.is_dir() {
+        step(format!("no artifacts directory {}: nothing linked at {}", artifacts.display(), serve::images_url("")));
+        return Ok(());
     }
-    // swtpm daemonizes after creating its socket, but give the filesystem a moment regardless.
-    let start = Instant::now();
-    while !t.socket.exists() {
-        if start.elapsed() > Duration::from_secs(5) {
-            return Err(ProvisionError::SwtpmStart {
-                node: node.to_string(),
-                detail: format!("no control socket at {} after 5 s (log: {})", t.socket.display(), t.log.display()),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(())
-}
-
-fn start_qemu(node: &NodeLaunch) -> Result<(), ProvisionError> {
-    let program = host::which(host::QEMU.name).unwrap_or_else(|| PathBuf::from(host::QEMU.name));
-    // QEMU's own complaints before it daemonizes go here; afterwards its stdio is /dev/null.
-    let err_path = node.serial_log.with_extension("qemu.err");
-    let err = File::create(&err_path).map_err(io_err("creating", &err_path))?;
-    let status = Command::new(program)
-        .args(argv::qemu_argv(node))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(err)
-        .status()
-        .map_err(|source| ProvisionError::Spawn { tool: host::QEMU.name.into(), source })?;
-    if !status.success() {
-        let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-        return Err(ProvisionError::QemuStart {
-            node: node.name.clone(),
-            status: status.to_string(),
-            stderr: stderr.trim().to_string(),
-        });
-    }
+    let target = std::path::absolute(artifacts).map_err(io_err("resolving", artifacts))?;
+    let link = images.join(serve::BOOT_IMAGES);
+    std::os::unix::fs::symlink(&target, &link).map_err(io_err("linking the artifacts at", &link))?;
+    step(format!(
+        "serving {} to the nodes at {}",
+        target.display(),
+        serve::images_url(&format!("{}/", serve::BOOT_IMAGES))
+    ));
     Ok(())
 }
 
@@ -446,6 +457,8 @@ struct Stopping {
     quit: Duration,
     qemu_grace: Duration,
     swtpm_grace: Duration,
+    /// A launcher told to stop in the middle of starting QEMU finishes the start first.
+    launcher_grace: Duration,
     send: host::Signaller,
 }
 
@@ -453,8 +466,22 @@ const STOPPING: Stopping = Stopping {
     quit: Duration::from_secs(5),
     qemu_grace: Duration::from_secs(5),
     swtpm_grace: Duration::from_secs(3),
+    launcher_grace: Duration::from_secs(15),
     send: host::signal,
 };
+
+/// A node's launcher, if its pid file names a live one of ours.
+fn running_launcher(node: &NodeRecord) -> Option<(rustix::process::Pid, host::Ours)> {
+    let (launch_file, pid_file) = (node.launch_file.as_deref()?, node.launcher_pid_file.as_deref()?);
+    let ours = host::Ours::launcher(launch_file);
+    host::read_pid(pid_file).filter(|p| host::is_ours(*p, &ours)).map(|p| (p, ours))
+}
+
+/// A node's QEMU, if its pid file names a live one of ours.
+fn running_qemu(node: &NodeRecord) -> Option<(rustix::process::Pid, host::Ours)> {
+    let ours = host::Ours::qemu(&node.pid_file);
+    host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, &ours)).map(|p| (p, ours))
+}
 
 /// A process `stop_record` could not stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,9 +497,10 @@ fn list_survivors(survivors: &[Survivor]) -> String {
     list.join(", ")
 }
 
-/// Stops every process the record names: QEMU through QMP `quit` (then SIGTERM/SIGKILL if it
-/// lingers), swtpm with SIGTERM. `step` gets a line per process. Returns the processes that are
-/// still running afterwards.
+/// Stops every process the record names, per node: the launcher with SIGTERM (first, so it
+/// restarts nothing), QEMU through QMP `quit` (then SIGTERM/SIGKILL if it lingers), swtpm with
+/// SIGTERM. `step` gets a line per process. Returns the processes that are still running
+/// afterwards.
 fn stop_record(record: &ClusterRecord, how: &Stopping, step: &mut dyn FnMut(String)) -> Vec<Survivor> {
     let mut survivors = Vec::new();
     let mut report = |node: &str, program: &'static str, pid: rustix::process::Pid, gone: bool| {
@@ -483,8 +511,11 @@ fn stop_record(record: &ClusterRecord, how: &Stopping, step: &mut dyn FnMut(Stri
         }
     };
     for node in &record.nodes {
-        let qemu = host::Ours::qemu(&node.pid_file);
-        if let Some(pid) = host::read_pid(&node.pid_file).filter(|p| host::is_ours(*p, &qemu)) {
+        if let Some((pid, launcher)) = running_launcher(node) {
+            let gone = host::terminate_with(pid, &launcher, how.launcher_grace, how.send);
+            report(&node.name, "launcher", pid, gone);
+        }
+        if let Some((pid, qemu)) = running_qemu(node) {
             let asked = host::qmp(&node.qmp_socket, "quit").is_ok();
             let gone = (asked && host::wait_gone(pid, &qemu, how.quit))
                 || host::terminate_with(pid, &qemu, how.qemu_grace, how.send);
@@ -514,10 +545,20 @@ pub fn show(name: &str, root: Option<&Path>) -> Result<(ClusterRecord, Vec<(Stri
         .nodes
         .iter()
         .map(|n| {
-            let running = host::read_pid(&n.pid_file)
-                .filter(|p| host::is_ours(*p, &host::Ours::qemu(&n.pid_file)))
-                .map(|p| format!("running (QEMU pid {})", p.as_raw_nonzero()))
-                .unwrap_or_else(|| "not running".to_string());
+            let running = match (running_qemu(n), running_launcher(n)) {
+                (Some((q, _)), Some((l, _))) => {
+                    format!("running (QEMU pid {}, launcher pid {})", q.as_raw_nonzero(), l.as_raw_nonzero())
+                }
+                (Some((q, _)), None) => {
+                    format!("running (QEMU pid {}; no launcher: a reboot ends it)", q.as_raw_nonzero())
+                }
+                (None, Some((l, _))) => format!("restarting (launcher pid {}, no QEMU yet)", l.as_raw_nonzero()),
+                (None, None) => "not running".to_string(),
+            };
+            let running = match n.boots_from {
+                Some(media) => format!("{running}; boots from {media}"),
+                None => running,
+            };
             let log = String::from_utf8_lossy(&std::fs::read(&n.serial_log).unwrap_or_default()).replace('\r', "");
             let console = match judge_log(&log) {
                 NodeProgress::Ready(_) => ready_marker(),
@@ -655,8 +696,8 @@ pub fn wait_ready(
             *p = match judge_log(&log) {
                 NodeProgress::Ready(_) => NodeProgress::Ready(elapsed),
                 NodeProgress::Booting(last) => {
-                    let alive = host::read_pid(&node.pid_file)
-                        .is_some_and(|pid| host::is_ours(pid, &host::Ours::qemu(&node.pid_file)));
+                    // Between two QEMUs of a rebooting node only its launcher runs.
+                    let alive = running_qemu(node).is_some() || running_launcher(node).is_some();
                     if alive { NodeProgress::Booting(last) } else { NodeProgress::Failed("QEMU exited".to_string()) }
                 }
                 failed => failed,
@@ -712,6 +753,7 @@ fn not_ready_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::{Command, Stdio};
 
     #[test]
     fn judge_reads_the_console() {
@@ -780,6 +822,9 @@ mod tests {
                 swtpm_pid_file: None,
                 disks: Vec::new(),
                 served_config: None,
+                launch_file: None,
+                launcher_pid_file: None,
+                boots_from: None,
             }],
         };
         record.write(&dir).unwrap();
@@ -788,6 +833,7 @@ mod tests {
             quit: Duration::ZERO,
             qemu_grace: Duration::from_millis(100),
             swtpm_grace: Duration::from_millis(100),
+            launcher_grace: Duration::from_millis(100),
             send: |_, _| {},
         };
         let mut lines = Vec::new();

@@ -330,6 +330,9 @@ mod tests {
             swtpm_pid_file: None,
             disks: Vec::new(),
             served_config: None,
+            launch_file: None,
+            launcher_pid_file: None,
+            boots_from: None,
         }
     }
 

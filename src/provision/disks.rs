@@ -4,8 +4,10 @@
 //! ones. Each is a raw file in the cluster directory that QEMU writes in place (no
 //! `snapshot=on`), so what a node wrote survives its QEMU being killed, and each is sparse: the
 //! copy seeks over the image's holes (SEEK_DATA/SEEK_HOLE) and skips zero blocks, so a 6 GiB
-//! disk costs the host what is written to it. File names, serials and sizes are decided here,
-//! purely; [`make`] is the one effect.
+//! disk costs the host what is written to it. With `--blank-disk` the system disk starts blank
+//! instead, for a node that installs itself onto it; whether it did, the launcher asks
+//! [`holds_installed_layout`] of the disk's file when the node reboots. File names, serials and
+//! sizes are decided here, purely; [`make`] is the one effect that writes.
 //!
 //! Never writes to the image it copies, never overwrites an existing file, and never edits the
 //! partition table: the copy keeps the image's GPT, whose backup header the node itself moves
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{ProvisionError, io_err};
+use crate::block::gpt::Table;
 
 pub const MIB: u64 = 1 << 20;
 
@@ -73,11 +76,13 @@ pub struct DiskRequest {
     pub extra: usize,
     /// `--extra-disks-size`: each extra disk, MiB.
     pub extra_mib: u64,
+    /// `--blank-disk`: the system disk starts blank, not as a copy of `disk.raw`.
+    pub blank: bool,
 }
 
 impl Default for DiskRequest {
     fn default() -> Self {
-        DiskRequest { system_mib: DEFAULT_SYSTEM_MIB, extra: 0, extra_mib: DEFAULT_EXTRA_MIB }
+        DiskRequest { system_mib: DEFAULT_SYSTEM_MIB, extra: 0, extra_mib: DEFAULT_EXTRA_MIB, blank: false }
     }
 }
 
@@ -176,6 +181,26 @@ pub fn make(disk: &NodeDisk) -> Result<u64, ProvisionError> {
     copy_sparse(&src, &dst, len).map_err(io_err("copying the disk image into", &disk.path))
 }
 
+/// The partitions of Talos's installed layout (EFI, BIOS, BOOT, META) that say a disk can be
+/// booted: the ESP, and BOOT with GRUB's files and the kernels (or the ESP's UKIs).
+pub const INSTALLED_PARTITIONS: [&str; 2] = ["EFI", "BOOT"];
+
+/// A table holds an installed boot layout: partitions named as [`INSTALLED_PARTITIONS`].
+pub fn is_installed_layout(table: &Table) -> bool {
+    let parts = table.partitions();
+    INSTALLED_PARTITIONS.iter().all(|name| parts.iter().any(|p| p.partition.name == *name))
+}
+
+/// Whether the disk image at `path` now holds an installed boot layout (its GPT read with the
+/// node's own GPT code): false for a blank disk, or one whose table lacks EFI or BOOT; an
+/// error for a file that cannot be read or a table damaged beyond use.
+pub fn holds_installed_layout(path: &Path) -> Result<bool, ProvisionError> {
+    let file = File::open(path).map_err(io_err("opening the system disk", path))?;
+    let len = file.metadata().map_err(io_err("reading the system disk", path))?.len();
+    let table = Table::read(&file, len).map_err(|source| ProvisionError::Gpt { path: path.to_path_buf(), source })?;
+    Ok(table.as_ref().is_some_and(is_installed_layout))
+}
+
 /// How much is read at a time, and the unit a run of zeros is skipped in.
 const CHUNK: usize = 1 << 20;
 const BLOCK: usize = 4096;
@@ -224,7 +249,7 @@ mod tests {
     use std::process::Command;
 
     fn req(system_mib: u64, extra: usize, extra_mib: u64) -> DiskRequest {
-        DiskRequest { system_mib, extra, extra_mib }
+        DiskRequest { system_mib, extra, extra_mib, blank: false }
     }
 
     #[test]
@@ -378,5 +403,63 @@ mod tests {
         };
         let err = make(&small).unwrap_err().to_string();
         assert!(err.contains("--disk-size 2 MiB") && err.contains("big.raw"), "{err}");
+    }
+
+    /// The launcher's check on real GPT images made by sgdisk (a peer): a blank disk, a table
+    /// without BOOT, and Talos's layout (EFI, BIOS, BOOT, META) on a disk grown afterwards.
+    #[test]
+    fn the_installed_layout_is_read_off_real_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = |name: &str, mib: u64, sgdisk_args: &[&str]| {
+            let path = dir.path().join(name);
+            File::create(&path).unwrap().set_len(mib * MIB).unwrap();
+            if !sgdisk_args.is_empty() {
+                let out = Command::new("sgdisk").args(sgdisk_args).arg(&path).output().unwrap();
+                assert!(out.status.success(), "sgdisk: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            path
+        };
+        let blank = disk("blank.raw", 64, &[]);
+        assert!(!holds_installed_layout(&blank).unwrap(), "a blank disk");
+        let no_boot =
+            disk("no-boot.raw", 64, &["-n", "1:0:+8M", "-t", "1:EF00", "-c", "1:EFI", "-n", "2:0:+1M", "-c", "2:META"]);
+        assert!(!holds_installed_layout(&no_boot).unwrap(), "EFI without BOOT");
+        let talos = [
+            "-n",
+            "1:0:+100M",
+            "-t",
+            "1:EF00",
+            "-c",
+            "1:EFI",
+            "-n",
+            "2:0:+1M",
+            "-t",
+            "2:EF02",
+            "-c",
+            "2:BIOS",
+            "-n",
+            "3:0:+100M",
+            "-t",
+            "3:8300",
+            "-c",
+            "3:BOOT",
+            "-n",
+            "4:0:+1M",
+            "-t",
+            "4:8300",
+            "-c",
+            "4:META",
+        ];
+        let installed = disk("installed.raw", 256, &talos);
+        assert!(holds_installed_layout(&installed).unwrap(), "Talos's layout");
+        // The node's disk is larger than what the table was written for (its backup header
+        // not yet moved): still read.
+        std::fs::OpenOptions::new().write(true).open(&installed).unwrap().set_len(512 * MIB).unwrap();
+        assert!(holds_installed_layout(&installed).unwrap(), "a grown disk");
+        // Lower-case names are not Talos's.
+        let other = disk("other.raw", 256, &["-n", "1:0:+8M", "-c", "1:efi", "-n", "2:0:+8M", "-c", "2:boot"]);
+        assert!(!holds_installed_layout(&other).unwrap());
+        let err = holds_installed_layout(&dir.path().join("none.raw")).unwrap_err().to_string();
+        assert!(err.contains("opening the system disk") && err.contains("none.raw"), "{err}");
     }
 }

@@ -85,6 +85,12 @@ impl Ours {
     pub fn swtpm(pid_file: &Path) -> Self {
         Ours { program: "swtpm", arg: super::argv::swtpm_pid_arg(pid_file) }
     }
+
+    /// The node launcher started as `talosbox talosctl cluster launch-node --launch
+    /// <launch_file>` (its argv[0] is set to `talosbox` whatever the binary's file is called).
+    pub fn launcher(launch_file: &Path) -> Self {
+        Ours { program: super::launch::LAUNCHER_ARGV0, arg: launch_file.to_string_lossy().into_owned() }
+    }
 }
 
 /// Sends a signal; errors (the process is already gone) are of no interest to the callers.

@@ -1,17 +1,20 @@
 //! The QEMU provisioner behind `talosctl cluster create` / `destroy`: boots talosbox nodes from the
 //! built artifacts as an ordinary user (user-mode networking with the API port forwarded to
 //! 127.0.0.1, a node-to-node LAN over QEMU's multicast socket netdev, optional OVMF and swtpm),
-//! gives every node a persistent system disk (a sparse copy of the image's `disk.raw`) and
-//! optional blank extra disks, keeps a state directory per cluster (disks, serial logs, pid
-//! files, a JSON record) and tears it down.
+//! gives every node a persistent system disk (a sparse copy of the image's `disk.raw`, or blank
+//! for a node that installs itself) and optional blank extra disks, runs each node's QEMU under
+//! a launcher of its own that starts it again when the node reboots (from its system disk once
+//! the node installed itself there), keeps a state directory per cluster (disks, serial logs,
+//! pid files, launch files, a JSON record) and tears it down.
 //!
 //! It must never need root, touch host networking (no bridges, taps or routes), modify the
 //! artifacts it boots from, or signal a process it did not start (pids are checked against their
 //! command line before any signal).
 //!
 //! Pure decisions (boot path, QEMU/swtpm argv, port/MAC/multicast/UUID allocation, disk names and
-//! sizes) live in [`alloc`], [`boot`], [`argv`] and [`disks`] and are tested with golden argv;
-//! the effects are in [`cluster`], [`host`] and [`disks::make`].
+//! sizes, what a QEMU's end means) live in [`alloc`], [`boot`], [`argv`], [`disks`] and
+//! [`launch`] and are tested with tables and golden argv; the effects are in [`cluster`],
+//! [`host`], [`launch::run`] and [`disks::make`].
 
 pub mod alloc;
 pub mod argv;
@@ -20,6 +23,7 @@ pub mod cluster;
 pub mod configure;
 pub mod disks;
 pub mod host;
+pub mod launch;
 pub mod serve;
 pub mod state;
 
@@ -73,6 +77,10 @@ pub enum ProvisionError {
     QemuStart { node: String, status: String, stderr: String },
     #[error("starting swtpm for node {node}: {detail}")]
     SwtpmStart { node: String, detail: String },
+    #[error("node {node}: its launcher {detail} (launcher log: {})", log.display())]
+    Launcher { node: String, detail: String, log: PathBuf },
+    #[error("reading the partition table of {}: {source}", path.display())]
+    Gpt { path: PathBuf, source: crate::block::gpt::GptError },
     #[error("{0}")]
     NotReady(String),
     #[error("{0}")]

@@ -1,6 +1,8 @@
 //! A cluster's state directory and its record (`cluster.json`): which nodes exist, their ports,
-//! MACs, machine UUIDs, disks and the files holding their pids, sockets and serial logs. `destroy` works from the
-//! record alone, so it is written before the first process starts.
+//! MACs, machine UUIDs, disks, what each boots from, and the files holding their pids, sockets,
+//! launch files and serial logs. `destroy` works from the record alone, so it is written before
+//! the first process starts. Afterwards only the nodes' launchers change it (a node that
+//! installed itself boots from its disk), each under the record's lock ([`update_node`]).
 //!
 //! Never stores anything secret, and never deletes outside the cluster's own directory.
 
@@ -9,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::alloc::{Mcast, Role};
+use super::argv::BootMedia;
 use super::disks::{DiskRole, NodeDisk};
 use super::{ProvisionError, io_err};
 
@@ -49,6 +52,16 @@ pub struct NodeRecord {
     /// boot whose configuration `create` generated); `None` when it gets it over the API.
     #[serde(default)]
     pub served_config: Option<PathBuf>,
+    /// The node's launcher (`talosctl cluster launch-node --launch <file>`): its launch file,
+    /// which tells it apart from every other process, and its pid file. `None` in records from
+    /// before nodes had launchers.
+    #[serde(default)]
+    pub launch_file: Option<PathBuf>,
+    #[serde(default)]
+    pub launcher_pid_file: Option<PathBuf>,
+    /// What the node boots from now.
+    #[serde(default)]
+    pub boots_from: Option<BootMedia>,
 }
 
 /// The whole cluster.
@@ -128,6 +141,32 @@ fn disks_line(disks: &[NodeDisk]) -> String {
     if parts.is_empty() { String::new() } else { format!("disks per node: {}\n", parts.join(", ")) }
 }
 
+/// The lock file beside the record that serialises its updates.
+pub const RECORD_LOCK: &str = "cluster.json.lock";
+
+/// Changes one node's entry in the record in `dir`: read, `change`, write back, all under an
+/// exclusive lock on [`RECORD_LOCK`], so the launchers of several nodes never lose each other's
+/// updates.
+pub fn update_node(dir: &Path, node: &str, change: impl FnOnce(&mut NodeRecord)) -> Result<(), ProvisionError> {
+    use rustix::fs::{FlockOperation, flock};
+    let lock_path = dir.join(RECORD_LOCK);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io_err("opening the record's lock", &lock_path))?;
+    flock(&lock, FlockOperation::LockExclusive)
+        .map_err(|e| io_err("locking the record", &lock_path)(std::io::Error::from(e)))?;
+    let mut record = ClusterRecord::read(dir)?;
+    let Some(entry) = record.nodes.iter_mut().find(|n| n.name == node) else {
+        return Err(ProvisionError::Conflict(format!("the record in {} has no node {node:?}", dir.display())));
+    };
+    change(entry);
+    record.write(dir)
+    // The lock goes with `lock`.
+}
+
 /// The LAN groups held by the other clusters under `root`, so a new cluster picks another.
 pub fn taken_lans(root: &Path) -> Vec<Mcast> {
     let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
@@ -149,6 +188,7 @@ mod tests {
         let rec: ClusterRecord = serde_json::from_str(text).unwrap();
         assert_eq!(rec.nodes[0].uuid, "");
         assert!(rec.nodes[0].disks.is_empty());
+        assert_eq!((&rec.nodes[0].launch_file, rec.nodes[0].boots_from), (&None, None), "no launcher then");
         assert_eq!(rec.summary(None).lines().filter(|l| l.starts_with("disks")).count(), 0);
     }
 
@@ -180,6 +220,9 @@ mod tests {
                     Some(Path::new("/src/_out/disk.raw")),
                 ),
                 served_config: None,
+                launch_file: Some("/x/c1-controlplane-1.launch.json".into()),
+                launcher_pid_file: Some("/x/c1-controlplane-1.launcher.pid".into()),
+                boots_from: Some(BootMedia::Direct),
             }],
         };
         rec.write(&dir.join("c1")).unwrap();
@@ -197,5 +240,54 @@ mod tests {
         }
         assert_eq!(got, std::fs::read_to_string(&golden).unwrap_or_default(), "golden {}", golden.display());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Launchers of several nodes change their entries at once: no update is lost.
+    #[test]
+    fn concurrent_node_updates_all_land() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = |i: usize| NodeRecord {
+            name: format!("c-worker-{i}"),
+            role: Role::Worker,
+            uuid: String::new(),
+            api_port: 40000,
+            lan_address: None,
+            api_mac: String::new(),
+            lan_mac: String::new(),
+            serial_log: PathBuf::new(),
+            pid_file: PathBuf::new(),
+            qmp_socket: PathBuf::new(),
+            swtpm_pid_file: None,
+            disks: Vec::new(),
+            served_config: None,
+            launch_file: None,
+            launcher_pid_file: None,
+            boots_from: Some(BootMedia::Esp),
+        };
+        let rec = ClusterRecord {
+            name: "c".into(),
+            created: 0,
+            boot: "test".into(),
+            lan: "230.1.2.3:20001".parse().unwrap(),
+            nodes: (0..8).map(node).collect(),
+        };
+        rec.write(dir.path()).unwrap();
+        std::thread::scope(|s| {
+            for i in 0..8 {
+                let dir = dir.path();
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        update_node(dir, &format!("c-worker-{i}"), |n| n.api_port += 1).unwrap();
+                    }
+                    update_node(dir, &format!("c-worker-{i}"), |n| n.boots_from = Some(BootMedia::SystemDisk)).unwrap();
+                });
+            }
+        });
+        let after = ClusterRecord::read(dir.path()).unwrap();
+        for n in &after.nodes {
+            assert_eq!((n.api_port, n.boots_from), (40020, Some(BootMedia::SystemDisk)), "{}", n.name);
+        }
+        let err = update_node(dir.path(), "c-worker-99", |_| {}).unwrap_err().to_string();
+        assert!(err.contains("no node \"c-worker-99\""), "{err}");
     }
 }

@@ -35,12 +35,24 @@ pub enum ClusterCommand {
         #[arg(long, default_value = "60s", value_parser = super::parse_duration)]
         graceful_timeout: Duration,
     },
-    /// Answers one node's `talos.config=` fetch on stdin/stdout (QEMU runs it per connection).
+    /// Answers one HTTP request of a node on stdin/stdout: its `talos.config=` fetch or a file
+    /// under the cluster's images/ (QEMU runs it per connection).
     #[command(hide = true)]
     ServeConfig {
-        /// The node's configuration file.
+        /// The node's configuration file (without it, /config.yaml is 404).
         #[arg(long)]
-        file: PathBuf,
+        file: Option<PathBuf>,
+        /// The cluster's images directory, served under /images/.
+        #[arg(long)]
+        images: Option<PathBuf>,
+    },
+    /// Runs one node's QEMU (and swtpm) from its launch file, restarting it when the node
+    /// reboots; `cluster create` starts one per node.
+    #[command(hide = true)]
+    LaunchNode {
+        /// The node's launch file (`<node>.launch.json` in the cluster directory).
+        #[arg(long)]
+        launch: PathBuf,
     },
 }
 
@@ -61,9 +73,10 @@ pub struct CreateArgs {
     /// The initramfs for direct boot (default: the artifacts' initramfs.zst, or .lz4, .xz, .gz, .cpio).
     #[arg(long)]
     initrd: Option<PathBuf>,
-    /// Boot this UKI from a FAT ESP under OVMF (implies --with-uefi).
-    #[arg(long)]
-    uki: Option<PathBuf>,
+    /// Boot a UKI from a FAT ESP under OVMF (implies --with-uefi): this file, or without a
+    /// value the artifacts' talosbox.efi.
+    #[arg(long, num_args = 0..=1, value_name = "UKI")]
+    uki: Option<Option<PathBuf>>,
     /// Boot this GRUB disk image (BIOS unless --with-uefi): each node boots its own persistent
     /// copy, its system disk; the image stays as built.
     #[arg(long)]
@@ -108,6 +121,10 @@ pub struct CreateArgs {
     /// --disk-image, else the artifacts' disk.raw; blank without one), grown to this size.
     #[arg(long, visible_alias = "disk", default_value_t = crate::provision::disks::DEFAULT_SYSTEM_MIB)]
     disk_size: u64,
+    /// Start every node's system disk blank (not a copy of disk.raw), for a node that installs
+    /// itself onto it; its launcher restarts it from that disk once it did. Not with --disk-image.
+    #[arg(long)]
+    blank_disk: bool,
     /// Number of blank extra disks per node (virtio, serials talosbox-extra-1, -2, ...).
     #[arg(long, default_value_t = 0)]
     extra_disks: usize,
@@ -144,9 +161,10 @@ impl ClusterCommand {
             ClusterCommand::Destroy { name, state, graceful, graceful_timeout } => {
                 cluster_destroy(name, state, graceful.then_some(graceful_timeout))
             }
-            ClusterCommand::ServeConfig { file } => {
+            ClusterCommand::ServeConfig { file, images } => {
                 let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
-                match crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &file) {
+                let served = crate::provision::serve::Served { config: file.as_deref(), images: images.as_deref() };
+                match crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &served) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("talosctl cluster serve-config: {e}");
@@ -154,6 +172,13 @@ impl ClusterCommand {
                     }
                 }
             }
+            ClusterCommand::LaunchNode { launch } => match crate::provision::launch::run(&launch) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("talosctl cluster launch-node: {e}");
+                    ExitCode::FAILURE
+                }
+            },
         }
     }
 }
@@ -179,7 +204,7 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
             artifacts: a.artifacts.clone(),
             kernel: a.kernel.clone(),
             initrd: a.initrd.clone(),
-            uki: a.uki.clone(),
+            uki: a.uki.clone().map(|uki| uki.unwrap_or_else(|| a.artifacts.join(crate::provision::boot::UKI))),
             disk_image: a.disk_image.clone(),
             with_uefi: a.with_uefi,
             extra_kernel_args: a.extra_kernel_args.clone(),
@@ -194,6 +219,7 @@ fn cluster_create(cli: &super::Cli, a: CreateArgs) -> ExitCode {
             system_mib: a.disk_size,
             extra: a.extra_disks,
             extra_mib: a.extra_disks_size,
+            blank: a.blank_disk,
         },
         ovmf: crate::provision::cluster::Firmware { code: a.ovmf_code.clone(), vars: a.ovmf_vars.clone() },
         config,
