@@ -125,7 +125,10 @@ pub async fn run(store: Arc<dyn Store>, admin: &dyn FleetAdmin, prefix: &str) {
     next_event(&mut watch, |e| matches!(e, WatchEvent::Deleted(k) if *k == key)).await;
 
     // Without a finalizer a deletion is immediate.
+    // (A watch may coalesce: a machine made and deleted between two looks is never seen,
+    // which is all the engine needs. So the creation is awaited first.)
     let b = admin.apply_machine(machine(&name("b"))).await.unwrap();
+    next_event(&mut watch, |e| matches!(e, WatchEvent::Applied(x) if x.key() == b.key())).await;
     assert!(admin.delete_machine(&b.key()).await.unwrap());
     assert_eq!(store.get(&b.key()).await.unwrap(), None);
     next_event(&mut watch, |e| matches!(e, WatchEvent::Deleted(k) if *k == b.key())).await;

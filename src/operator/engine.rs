@@ -224,7 +224,7 @@ impl Engine {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 event = events.recv() => match event {
-                    Some(WatchEvent::Applied(m)) => self.applied(&mut seen, m),
+                    Some(WatchEvent::Applied(m)) => self.applied(&mut seen, *m),
                     Some(WatchEvent::Deleted(key)) => {
                         if let Some(s) = seen.remove(&key) {
                             self.ctx.nodes.forget(&s.endpoint);

@@ -439,7 +439,8 @@ mod tests {
     fn the_plan_follows_the_state_machine() {
         use MachineState::*;
         let h = Some("h1");
-        let cases: &[(Option<MachineState>, ReconcileMode, bool, bool, i64, &str, &str, Plan)] = &[
+        type Case = (Option<MachineState>, ReconcileMode, bool, bool, i64, &'static str, &'static str, Plan);
+        let cases: &[Case] = &[
             // state, mode, finalizer, deleting, observedGeneration, observedVersion, hash, plan
             (None, ReconcileMode::Reconcile, false, false, 0, "", "", Plan::AddFinalizer),
             (None, ReconcileMode::Reconcile, true, false, 0, "", "", Plan::Probe),

@@ -407,7 +407,8 @@ mod tests {
     #[test]
     fn only_an_available_drifted_machine_is_marked() {
         let mut m = machine("a");
-        let cases: &[(Option<MachineState>, Option<&str>, bool, bool, WatcherWrite)] = &[
+        type Case = (Option<MachineState>, Option<&'static str>, bool, bool, WatcherWrite);
+        let cases: &[Case] = &[
             (Some(MachineState::Available), None, false, true, WatcherWrite::MarkDrifted),
             (Some(MachineState::Available), Some("IMPORT"), false, true, WatcherWrite::MarkDrifted),
             (Some(MachineState::Available), None, false, false, WatcherWrite::Skip("in sync")),

@@ -52,7 +52,7 @@ impl Inner {
             self.notify(WatchEvent::Deleted(key.clone()));
         } else {
             self.machines.insert(key.clone(), m.clone());
-            self.notify(WatchEvent::Applied(m.clone()));
+            self.notify(WatchEvent::Applied(Box::new(m.clone())));
         }
         m
     }

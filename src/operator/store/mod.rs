@@ -38,7 +38,7 @@ impl StoreError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchEvent {
     /// Created or changed (spec, metadata or status).
-    Applied(TalosMachine),
+    Applied(Box<TalosMachine>),
     Deleted(MachineKey),
 }
 
@@ -100,7 +100,7 @@ pub fn resync(known: &mut HashMap<MachineKey, String>, now: Vec<TalosMachine>) -
         let key = m.key();
         if known.get(&key) != Some(&m.metadata.resource_version) {
             seen.insert(key, m.metadata.resource_version.clone());
-            events.push(WatchEvent::Applied(m));
+            events.push(WatchEvent::Applied(Box::new(m)));
         } else {
             seen.insert(key, m.metadata.resource_version.clone());
         }
@@ -159,7 +159,10 @@ mod tests {
         assert_eq!(ev.len(), 2);
         assert!(resync(&mut known, vec![machine("a", "1"), machine("b", "2")]).is_empty());
         let ev = resync(&mut known, vec![machine("a", "3")]);
-        assert_eq!(ev, vec![WatchEvent::Applied(machine("a", "3")), WatchEvent::Deleted(machine("b", "").key())]);
+        assert_eq!(
+            ev,
+            vec![WatchEvent::Applied(Box::new(machine("a", "3"))), WatchEvent::Deleted(machine("b", "").key())]
+        );
         assert!(resync(&mut known, vec![machine("a", "3")]).is_empty());
     }
 }
