@@ -12,6 +12,7 @@ pub mod imager;
 pub mod init;
 pub mod machined;
 pub mod modprobe;
+pub mod operator;
 pub mod talosctl;
 pub mod trustd;
 
@@ -26,7 +27,7 @@ const APPLETS: &[(&str, Option<Main>)] = &[
     ("trustd", Some(trustd::main)),
     ("talosctl", Some(talosctl::main)),
     ("imager", Some(imager::main)),
-    ("operator", None),
+    ("operator", Some(operator::main)),
     ("poweroff", Some(machined::poweroff)),
     ("reboot", Some(machined::reboot)),
     ("shutdown", Some(machined::shutdown)),
