@@ -1,7 +1,7 @@
 //! The store conformance suite (`talosbox::operator::conformance`) against every backend:
 //! memory, SQLite (two handles on one file, as `operator run` and `operator apply` are two
-//! processes), and, with the `kubernetes` feature, the Kubernetes backend against the
-//! in-process fake API server.
+//! processes). The Kubernetes backend runs the same suite in tests/operator_kube.rs, against
+//! the in-process fake API server.
 
 use std::sync::Arc;
 use std::time::Duration;

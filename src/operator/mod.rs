@@ -14,6 +14,8 @@
 pub mod crd;
 pub mod engine;
 pub mod http;
+#[cfg(feature = "kubernetes")]
+pub mod kube;
 pub mod metrics;
 pub mod model;
 pub mod node;
