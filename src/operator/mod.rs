@@ -26,6 +26,8 @@ pub mod watcher;
 
 #[cfg(any(test, feature = "test-harness"))]
 pub mod conformance;
+#[cfg(feature = "test-harness")]
+pub mod simnode;
 #[cfg(any(test, feature = "test-harness"))]
 pub mod testing;
 
