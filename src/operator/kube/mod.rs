@@ -432,15 +432,22 @@ pub async fn run_elected(
         let ctx = Context::new(store, nodes.clone(), metrics.clone(), config.clone())?;
         let engine = Arc::new(Engine::new(ctx));
         let term = cancel.child_token();
-        let running = {
+        let mut running = {
             let (engine, term) = (engine.clone(), term.clone());
             tokio::spawn(async move { engine.run(term).await })
         };
         let mut last_renewal = tokio::time::Instant::now();
+        let mut ended = None;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = tokio::time::sleep(renew_every) => {}
+                // An engine that stopped by itself (its watch could not start) must not leave a
+                // leader that does nothing: stand down and campaign again.
+                outcome = &mut running => {
+                    ended = Some(outcome);
+                    break;
+                }
             }
             match try_lead(&leases, LEASE_NAME, identity, lease_duration).await {
                 Ok(true) => last_renewal = tokio::time::Instant::now(),
@@ -457,9 +464,16 @@ pub async fn run_elected(
             }
         }
         term.cancel();
-        match running.await {
+        let outcome = match ended {
+            Some(o) => o,
+            None => running.await,
+        };
+        match outcome {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!("the engine stopped: {e}"),
+            Ok(Err(e)) => {
+                tracing::warn!("the engine stopped: {e}");
+                tokio::select! { _ = cancel.cancelled() => {}, _ = tokio::time::sleep(renew_every) => {} }
+            }
             Err(e) => tracing::warn!("the engine's task failed: {e}"),
         }
     }
