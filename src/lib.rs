@@ -13,6 +13,7 @@ pub mod imager;
 pub mod kernel;
 pub mod machined;
 pub mod network;
+#[cfg(feature = "operator")]
 pub mod operator;
 pub mod panic;
 pub mod pki;
