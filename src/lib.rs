@@ -14,6 +14,8 @@ pub mod imager;
 pub mod kernel;
 pub mod machined;
 pub mod network;
+#[cfg(feature = "operator")]
+pub mod operator;
 pub mod panic;
 pub mod pki;
 pub mod platform;

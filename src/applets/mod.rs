@@ -12,11 +12,20 @@ pub mod imager;
 pub mod init;
 pub mod machined;
 pub mod modprobe;
+#[cfg(feature = "operator")]
+pub mod operator;
 pub mod talosctl;
 pub mod trustd;
 
 /// An applet's entry point; `args[0]` is the name it was started as.
 type Main = fn(Vec<OsString>) -> ExitCode;
+
+/// The fleet operator, when built (the `operator` feature, on by default; a node image can
+/// leave it out).
+#[cfg(feature = "operator")]
+const OPERATOR: Option<Main> = Some(operator::main);
+#[cfg(not(feature = "operator"))]
+const OPERATOR: Option<Main> = None;
 
 /// Every name the binary answers to, and its entry point (`None`: not built yet).
 const APPLETS: &[(&str, Option<Main>)] = &[
@@ -26,7 +35,7 @@ const APPLETS: &[(&str, Option<Main>)] = &[
     ("trustd", Some(trustd::main)),
     ("talosctl", Some(talosctl::main)),
     ("imager", Some(imager::main)),
-    ("operator", None),
+    ("operator", OPERATOR),
     ("poweroff", Some(machined::poweroff)),
     ("reboot", Some(machined::reboot)),
     ("shutdown", Some(machined::shutdown)),
