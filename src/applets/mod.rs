@@ -57,20 +57,7 @@ where
             return ExitCode::FAILURE;
         }
     };
-    let outcome = rt.block_on(async {
-        let cancel = tokio_util::sync::CancellationToken::new();
-        let stop = cancel.clone();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            stop.cancel();
-        });
-        body(cancel).await
-    });
+    let outcome = rt.block_on(async { body(cancel_on_termination()?).await });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -78,6 +65,22 @@ where
             ExitCode::FAILURE
         }
     }
+}
+
+/// A token cancelled at the first SIGTERM or SIGINT (inside a Tokio runtime).
+pub(crate) fn cancel_on_termination() -> Result<tokio_util::sync::CancellationToken, String> {
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let stop = cancel.clone();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        stop.cancel();
+    });
+    Ok(cancel)
 }
 
 fn names() -> String {

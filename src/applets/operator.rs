@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
+use super::talosctl::output::Table;
 use crate::operator::model::{MachineEvent, MachineKey, TalosMachine};
 use crate::operator::store::sqlite::SqliteStore;
 use crate::operator::store::{FleetAdmin, Store};
@@ -510,44 +511,6 @@ fn describe(m: &TalosMachine, events: &[MachineEvent]) -> String {
     o
 }
 
-/// Columns padded to their widest cell, three spaces apart (talosctl's and kubectl's look).
-struct Table {
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn new<S: Into<String>>(header: impl IntoIterator<Item = S>) -> Table {
-        Table { rows: vec![header.into_iter().map(Into::into).collect()] }
-    }
-
-    fn row<S: Into<String>>(&mut self, cells: impl IntoIterator<Item = S>) {
-        self.rows.push(cells.into_iter().map(Into::into).collect());
-    }
-
-    fn render(&self) -> String {
-        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
-        let mut widths = vec![0usize; columns];
-        for row in &self.rows {
-            for (i, cell) in row.iter().enumerate() {
-                widths[i] = widths[i].max(cell.chars().count());
-            }
-        }
-        let mut out = String::new();
-        for row in &self.rows {
-            let mut line = String::new();
-            for (i, cell) in row.iter().enumerate() {
-                line.push_str(cell);
-                if i + 1 < row.len() {
-                    line.extend(std::iter::repeat_n(' ', widths[i] - cell.chars().count() + 3));
-                }
-            }
-            out.push_str(line.trim_end());
-            out.push('\n');
-        }
-        out
-    }
-}
-
 fn init_logging() {
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -574,19 +537,7 @@ async fn run_operator(a: RunArgs) -> Result<(), String> {
     }
     let metrics = Arc::new(crate::operator::metrics::Metrics::new());
     let nodes = Arc::new(crate::operator::node::GrpcNodes::new(a.node_timeout));
-    let cancel = tokio_util::sync::CancellationToken::new();
-    {
-        let cancel = cancel.clone();
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .map_err(|e| format!("installing the SIGTERM handler: {e}"))?;
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-            cancel.cancel();
-        });
-    }
+    let cancel = super::cancel_on_termination()?;
     let (bound, server) = crate::operator::http::serve(a.metrics_address, metrics.clone(), cancel.clone())
         .await
         .map_err(|e| format!("--metrics-address {}: {e}", a.metrics_address))?;

@@ -10,7 +10,7 @@ mod generate;
 mod get;
 mod meta;
 mod node;
-mod output;
+pub(crate) mod output;
 mod unlock;
 mod upgrade;
 mod validate;
