@@ -388,7 +388,21 @@ pub(crate) fn on_mounted<T>(
     }
     let out = f(&Boot::at(target));
     let synced = std::fs::File::open(target).and_then(|d| rustix::fs::syncfs(&d).map_err(Into::into));
-    let unmounted = mount::unmount(target).map_err(|e| LifecycleError::step("unmounting BOOT", e));
+    // A service started in these moments holds copies of our descriptors from its fork until
+    // its exec closes them, which makes the mount busy for a while: try again, briefly.
+    let mut unmounted = mount::unmount(target);
+    for _ in 0..50 {
+        match &unmounted {
+            Err(mount::MountError::Unmount { source, .. })
+                if source.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+                unmounted = mount::unmount(target);
+            }
+            _ => break,
+        }
+    }
+    let unmounted = unmounted.map_err(|e| LifecycleError::step("unmounting BOOT", e));
     let out = out?;
     synced.map_err(|e| LifecycleError::step("syncing BOOT", e))?;
     unmounted?;
