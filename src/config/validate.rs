@@ -5,7 +5,6 @@
 //! Checks only what the text says: the node's state (disks, links) is the API server's concern.
 
 use super::ConfigError;
-use super::block::SystemVolume;
 use super::document::Config;
 use super::policy::inert_system_volume;
 use super::typed::{Hostname, MachineType, MachineView};
@@ -38,6 +37,16 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
     config.network()?;
     let block = config.block()?;
     config.install()?;
+    for doc in config.by_kind("TrustedRootsConfig") {
+        let certs = doc.value().get("certificates").and_then(Value::as_str).unwrap_or_default();
+        crate::pki::pem::decode_certificates(certs, "PEM-encoded CA certificates").map_err(|e| {
+            ConfigError::Invalid {
+                doc: format!("TrustedRootsConfig {}", doc.name().unwrap_or_default()),
+                path: "certificates".into(),
+                reason: e.to_string(),
+            }
+        })?;
+    }
     if let Some(hostname_doc) = config.find("HostnameConfig", None)
         && let Some(name) = hostname_doc.value().get("hostname").and_then(Value::as_str)
     {
@@ -91,41 +100,6 @@ pub fn validate(config: &Config) -> Result<Vec<String>, ConfigError> {
         if let Some(reason) = inert_system_volume(volume.name.as_str()) {
             warnings.push(format!("VolumeConfig {}: accepted and kept, not acted on ({reason})", volume.name.as_str()));
         }
-    }
-    // Encryption is carried to the volume, which is then refused, not made in the clear;
-    // STATE is made and mounted before any configuration is read, so its stays unused.
-    if block.volume(SystemVolume::State).is_some_and(|v| v.encryption.is_some()) {
-        warnings.push(
-            "VolumeConfig STATE: encryption: not acted on (this node does not encrypt volumes yet, and STATE is prepared before the configuration is read)"
-                .to_string(),
-        );
-    }
-    let encrypted = block
-        .volumes
-        .iter()
-        .filter(|v| v.encryption.is_some() && v.name != SystemVolume::State)
-        .map(|v| format!("VolumeConfig {}", v.name.as_str()))
-        .chain(
-            block
-                .user_volumes
-                .iter()
-                .filter(|v| v.encryption.is_some())
-                .map(|v| format!("UserVolumeConfig {}", v.name)),
-        )
-        .chain(
-            block.raw_volumes.iter().filter(|v| v.encryption.is_some()).map(|v| format!("RawVolumeConfig {}", v.name)),
-        )
-        .chain(
-            block
-                .swap_volumes
-                .iter()
-                .filter(|v| v.encryption.is_some())
-                .map(|v| format!("SwapVolumeConfig {}", v.name)),
-        );
-    for doc in encrypted {
-        warnings.push(format!(
-            "{doc}: encryption: this node does not encrypt volumes yet (no LUKS2); the volume will not be prepared until it does"
-        ));
     }
     Ok(warnings)
 }
@@ -199,7 +173,6 @@ mod tests {
             [
                 "VolumeConfig IMAGECACHE: accepted and kept, not acted on (containers are out of scope)",
                 "VolumeConfig ETCD: accepted and kept, not acted on (Kubernetes and etcd are out of scope)",
-                "VolumeConfig STATE: encryption: not acted on (this node does not encrypt volumes yet, and STATE is prepared before the configuration is read)",
             ]
         );
         let bad = format!("{base}{}", doc("UserVolumeConfig", "name: data\nvolumeType: disk\n"));
@@ -284,6 +257,13 @@ mod tests {
                     machine("  type: worker\n")
                 ),
                 "HostnameConfig: hostname: \"-x\" is not a valid hostname (labels of letters, digits and inner '-', up to 63 characters each)",
+            ),
+            (
+                format!(
+                    "{}---\napiVersion: v1alpha1\nkind: TrustedRootsConfig\nname: lab\ncertificates: not a certificate\n",
+                    machine("  type: worker\n")
+                ),
+                "TrustedRootsConfig lab: certificates: reading PEM-encoded CA certificates: no certificate found",
             ),
         ];
         for (text, want) in cases {
