@@ -1,6 +1,7 @@
 # The image set, built by the same `talosbox imager` the tests run, from nixpkgs' kernel (its
 # modules come .ko.xz: the imager carries them as they are, init decompresses them), systemd's
-# EFI stub, GRUB and libfaketime. One build; each artifact is a derivation of its own file.
+# EFI stub, GRUB, libfaketime and the CA bundle. One build; each artifact is a derivation of its
+# own file.
 {
   pkgs,
   talosbox,
@@ -32,7 +33,8 @@ let
           --efi-stub ${pkgs.systemd}/lib/systemd/boot/efi/linuxx64.efi.stub \
           --grub-pc-dir ${pkgs.grub2}/lib/grub/i386-pc \
           --grub-efi-dir ${pkgs.grub2_efi}/lib/grub/x86_64-efi \
-          --faketime-lib ${pkgs.libfaketime}/lib/libfaketimeMT.so.1
+          --faketime-lib ${pkgs.libfaketime}/lib/libfaketimeMT.so.1 \
+          --trusted-roots ${pkgs.cacert}/etc/ssl/certs/ca-bundle.crt
       '';
   pick = name: file: pkgs.runCommand name { } "cp ${all}/${file} $out";
 in

@@ -202,6 +202,12 @@ in
     ln -s /usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 $out/lib/
   '';
 
+  # nixpkgs' cacert keeps its bundle at etc/ssl/certs/ca-bundle.crt.
+  cacert = runCommand "cacert-debian" { } ''
+    mkdir -p $out/etc/ssl/certs
+    ln -s /etc/ssl/certs/ca-certificates.crt $out/etc/ssl/certs/ca-bundle.crt
+  '';
+
   squashfsTools = hostTool "squashfs-tools" [
     "/usr/bin/mksquashfs"
     "/usr/bin/unsquashfs"

@@ -46,6 +46,10 @@ struct Cli {
     /// libfaketime's libfaketimeMT.so.1 [default: Debian's libfaketime path].
     #[arg(long)]
     faketime_lib: Option<PathBuf>,
+    /// The PEM bundle of CAs the node trusts for https, carried in the rootfs
+    /// [default: /etc/ssl/certs/ca-certificates.crt].
+    #[arg(long, value_name = "PEM")]
+    trusted_roots: Option<PathBuf>,
     /// Carry this initramfs (cpio, zstd, xz, lz4 or gzip) instead of building the rootfs and the
     /// initramfs: a custom init booted down every path (the boot bench's trivial init).
     #[arg(long)]
@@ -85,6 +89,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         (cli.grub_pc_dir, &mut files.grub_pc),
         (cli.grub_efi_dir, &mut files.grub_efi),
         (cli.faketime_lib, &mut files.faketime),
+        (cli.trusted_roots, &mut files.trusted_roots),
     ] {
         if let Some(path) = flag {
             *slot = path;

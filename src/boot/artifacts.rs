@@ -24,8 +24,8 @@ pub const VERSION: &str = "version";
 /// The largest file fetched or uploaded (a kernel or an initramfs).
 pub const MAX_FILE: u64 = 512 << 20;
 const MAX_SUMS: usize = 64 << 10;
-/// Where a node keeps the system's trusted roots for https (the rootfs carries the build
-/// host's bundle there).
+/// Where programs find the trusted roots for https: on a node, a link to the bundle machined
+/// renders (the image's roots and the configuration's `TrustedRootsConfig` certificates).
 pub const SYSTEM_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 #[derive(Debug, thiserror::Error)]

@@ -109,6 +109,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((Scope::NodeOnly, Box::new(NodeAddressController)));
     all.push((Scope::NodeOnly, Box::new(DeviceConfigController)));
     all.push((Scope::NodeOnly, Box::new(EtcFileController)));
+    all.push((Scope::NodeOnly, Box::new(files::TrustedRootsController::new(files::IMAGE_TRUSTED_ROOTS))));
     all.push((Scope::NodeOnly, Box::new(files::EtcFileSpecController::new(files::SYSTEM_ETC))));
     all.push((Scope::NodeOnly, Box::new(NetworkStatusController)));
     all.push((Scope::NodeOnly, Box::new(HostDnsConfigController)));

@@ -31,6 +31,9 @@ pub struct Files {
     pub grub_efi: PathBuf,
     /// libfaketime's multi-threaded preload library, to freeze mkfs.xfs's clock.
     pub faketime: PathBuf,
+    /// The PEM bundle of CAs the node trusts for https (image URLs, a KMS over TLS), before
+    /// the configuration's `TrustedRootsConfig` documents add theirs.
+    pub trusted_roots: PathBuf,
 }
 
 impl Default for Files {
@@ -40,18 +43,20 @@ impl Default for Files {
             grub_pc: "/usr/lib/grub/i386-pc".into(),
             grub_efi: "/usr/lib/grub/x86_64-efi".into(),
             faketime: "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1".into(),
+            trusted_roots: "/etc/ssl/certs/ca-certificates.crt".into(),
         }
     }
 }
 
 impl Files {
     /// Each file with the Debian package that provides it.
-    pub fn with_packages(&self) -> [(&Path, &'static str); 4] {
+    pub fn with_packages(&self) -> [(&Path, &'static str); 5] {
         [
             (&self.efi_stub, "systemd-boot-efi"),
             (&self.grub_pc, "grub-pc-bin"),
             (&self.grub_efi, "grub-efi-amd64-bin"),
             (&self.faketime, "libfaketime"),
+            (&self.trusted_roots, "ca-certificates"),
         ]
     }
 }

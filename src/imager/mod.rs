@@ -65,6 +65,16 @@ const ROOTFS_LINKS: &[&str] = &["machined", "apid", "trustd", "modprobe"];
 /// `IMAGE_NETWORK_CONFIG_PATH`).
 pub const IMAGE_NETWORK_CONFIG: &str = "usr/share/talosbox/platform-network.yaml";
 
+/// The trusted roots the image carries, checked: a PEM bundle with at least one certificate.
+fn trusted_roots(path: &Path) -> Result<Vec<u8>, ImagerError> {
+    let what = "reading the trusted roots";
+    let data = std::fs::read(path).map_err(io(what, path))?;
+    crate::pki::pem::decode_certificates(&String::from_utf8_lossy(&data), "a trusted root").map_err(|e| {
+        ImagerError::Io { what, path: path.to_path_buf(), source: std::io::Error::other(e.to_string()) }
+    })?;
+    Ok(data)
+}
+
 /// The `/etc` files machined renders at run time into `/system/etc` (a tmpfs; the rootfs is
 /// read-only): the rootfs links each to its rendered copy, as Talos's does.
 const ETC_RENDERED: &[&str] = &["hosts", "resolv.conf", "hostname"];
@@ -234,7 +244,8 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
         None => {
             let name = profile.initramfs_compression.initramfs_name();
             remove_stale_initramfs(out, name)?;
-            build_root(&work, out, &binary, &needs, &kernel, &profile, &grub, &version, progress)?;
+            let roots = trusted_roots(&opts.files.trusted_roots)?;
+            build_root(&work, out, &binary, &needs, &kernel, &profile, &grub, &roots, &version, progress)?;
             (name, out.join(name))
         }
     };
@@ -302,6 +313,7 @@ fn build_root(
     kernel: &kernel::Kernel,
     profile: &Profile,
     grub: &crate::boot::install::GrubImages,
+    roots: &[u8],
     version: &str,
     progress: &Progress,
 ) -> Result<(), ImagerError> {
@@ -345,7 +357,7 @@ fn build_root(
 
     progress.step(&format!("rootfs.sqsh: staging and running mksquashfs ({:?})", profile.rootfs_compression));
     let rootfs = out.join("rootfs.sqsh");
-    stage_rootfs(&rootfs_stage, binary, &carried, &modules.load, profile.network.as_deref(), grub, version)?;
+    stage_rootfs(&rootfs_stage, binary, &carried, &modules.load, profile.network.as_deref(), grub, roots, version)?;
     mksquashfs(&rootfs_stage, &rootfs, profile.source_date_epoch, profile.rootfs_compression)?;
 
     let name = profile.initramfs_compression.initramfs_name();
@@ -398,6 +410,7 @@ pub fn os_release(v: &str) -> String {
 /// loads at start (`load`), the profile's network documents, and the host files `carried`
 /// (programs, their data, loader and libraries) at their own paths. The module tree is
 /// already staged under `lib/modules`.
+#[allow(clippy::too_many_arguments)]
 fn stage_rootfs(
     stage: &Path,
     binary: &[u8],
@@ -405,6 +418,7 @@ fn stage_rootfs(
     load: &[String],
     network: Option<&str>,
     grub: &crate::boot::install::GrubImages,
+    roots: &[u8],
     version: &str,
 ) -> Result<(), ImagerError> {
     mkdir(stage)?;
@@ -428,7 +442,13 @@ fn stage_rootfs(
         write_file(&grub_dir.join(name), data, 0o644)?;
     }
     write_file(&stage.join("etc/talosbox/modules"), module_list(load).as_bytes(), 0o644)?;
-    for name in ETC_RENDERED {
+    // The image's trusted roots, and the rendered bundle (these plus the configuration's
+    // TrustedRootsConfig certificates) where programs look for it.
+    let image_roots = stage.join(crate::controllers::files::IMAGE_TRUSTED_ROOTS.trim_start_matches('/'));
+    mkdir(image_roots.parent().unwrap_or(stage))?;
+    write_file(&image_roots, roots, 0o644)?;
+    mkdir(&stage.join("etc/ssl/certs"))?;
+    for name in ETC_RENDERED.iter().chain([&crate::controllers::files::TRUSTED_ROOTS_FILE]) {
         let link = stage.join("etc").join(name);
         std::os::unix::fs::symlink(Path::new("/system/etc").join(name), &link).map_err(io("linking", &link))?;
     }

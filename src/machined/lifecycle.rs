@@ -178,6 +178,33 @@ impl Lifecycle {
         meta.get(UPGRADE_TAG).and_then(|v| Slot::parse(&String::from_utf8_lossy(v)))
     }
 
+    /// The CAs an https image server must chain to: the image's roots and the active
+    /// configuration's `TrustedRootsConfig` certificates, as the rendered
+    /// `/etc/ssl/certs/ca-certificates.crt` holds them, computed here so that an install
+    /// right after the configuration lands does not race the file's rendering.
+    fn trusted_roots(&self) -> Result<PathBuf, LifecycleError> {
+        use crate::resources::config::{self as cfg, MachineConfig};
+        let config = self
+            .state
+            .find::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)
+            .ok()
+            .flatten()
+            .and_then(|mc| crate::config::load(&mc.spec().yaml).ok())
+            .map(|l| l.config);
+        let bundle = crate::controllers::files::trusted_roots_bundle(
+            Path::new(crate::controllers::files::IMAGE_TRUSTED_ROOTS),
+            config.as_ref(),
+        );
+        // A node image without a bundle of its own (a process in a test) keeps the system's.
+        if bundle.is_empty() {
+            return Ok(PathBuf::from(artifacts::SYSTEM_ROOTS));
+        }
+        let path = self.scratch.join("trusted-roots.pem");
+        std::fs::create_dir_all(&self.scratch).map_err(|e| LifecycleError::step("writing the trusted roots", e))?;
+        std::fs::write(&path, bundle).map_err(|e| LifecycleError::step("writing the trusted roots", e))?;
+        Ok(path)
+    }
+
     /// The artifacts `source` names, checked, in the scratch directory.
     pub(crate) async fn artifacts(
         &self,
@@ -189,7 +216,8 @@ impl Lifecycle {
                 let dir = self.scratch.join("fetched");
                 let _ = std::fs::remove_dir_all(&dir);
                 progress(format!("fetching {url} (SHA256SUMS first; every file is checked against it)"));
-                Ok(artifacts::fetch(&url, &dir, Path::new(artifacts::SYSTEM_ROOTS), progress).await?)
+                let roots = self.trusted_roots()?;
+                Ok(artifacts::fetch(&url, &dir, &roots, progress).await?)
             }
             Source::Dir(dir) => {
                 progress("checking the uploaded files against their SHA256SUMS".into());

@@ -96,6 +96,9 @@ pub struct NodeLaunch {
     /// `/images/...`, see [`super::serve`]): QEMU runs it for each connection to
     /// [`super::serve::CONFIG_ADDR`] port 80.
     pub serve_command: Option<String>,
+    /// The same answers over TLS, for connections to port [`super::serve::HTTPS_PORT`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve_tls_command: Option<String>,
     /// The command that answers the node's KMS connections (see [`super::serve::KMS_ADDR`]).
     pub kms_command: Option<String>,
 }
@@ -164,22 +167,17 @@ pub fn qemu_argv(n: &NodeLaunch) -> Vec<String> {
     // NIC 1: user-mode network, the node's default route and DHCP; the only way in is the API
     // forward, and restrict=on keeps the node off the host's networks.
     // A guestfwd (allowed under restrict=on) serves the node its configuration and images.
-    let config = n
-        .serve_command
-        .as_ref()
-        .map(|cmd| format!(",guestfwd=tcp:{}:80-cmd:{}", super::serve::CONFIG_ADDR, cmd.replace(',', ",,")))
-        .unwrap_or_default();
-    let kms = n
-        .kms_command
-        .as_ref()
-        .map(|cmd| {
-            let (addr, port) = (super::serve::KMS_ADDR, super::serve::KMS_PORT);
-            format!(",guestfwd=tcp:{addr}:{port}-cmd:{}", cmd.replace(',', ",,"))
-        })
-        .unwrap_or_default();
+    // A command's commas are doubled: QEMU's option syntax splits on single ones.
+    let forward = |cmd: &Option<String>, addr: &str, port: u16| {
+        cmd.as_ref().map(|c| format!(",guestfwd=tcp:{addr}:{port}-cmd:{}", c.replace(',', ",,"))).unwrap_or_default()
+    };
+    use super::serve::{CONFIG_ADDR, HTTPS_PORT, KMS_ADDR, KMS_PORT};
+    let config = forward(&n.serve_command, CONFIG_ADDR, 80);
+    let https = forward(&n.serve_tls_command, CONFIG_ADDR, HTTPS_PORT);
+    let kms = forward(&n.kms_command, KMS_ADDR, KMS_PORT);
     push(&[
         "-netdev",
-        &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}{config}{kms}", n.api_port),
+        &format!("user,id=api,restrict=on,hostfwd=tcp:127.0.0.1:{}-:{NODE_API_PORT}{config}{https}{kms}", n.api_port),
     ]);
     // romfile= skips the iPXE option ROM: nodes never network-boot and it costs seconds under TCG.
     push(&["-device", &format!("virtio-net-pci,netdev=api,mac={},romfile=", n.api_mac)]);
@@ -276,6 +274,7 @@ mod tests {
             qmp_socket: dir.join("controlplane-1.qmp"),
             events_socket: dir.join("controlplane-1.events"),
             serve_command: None,
+            serve_tls_command: None,
             kms_command: None,
         }
     }

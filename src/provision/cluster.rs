@@ -220,6 +220,12 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         };
         // Every node is served the cluster's images; a node with a served config its config.
         let serve_command = serve::command(&exe()?, served_config.as_deref(), &dir.join(serve::IMAGES_DIR));
+        let serve_tls_command = serve::tls_command(
+            &exe()?,
+            served_config.as_deref(),
+            &dir.join(serve::IMAGES_DIR),
+            &dir.join(serve::TLS_DIR),
+        );
         let kms_command = match &kms_key {
             Some(file) => Some(serve::kms_command(&exe()?, file)),
             None => None,
@@ -243,6 +249,7 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
             qmp_socket: dir.join(format!("{short}.qmp")),
             events_socket: dir.join(format!("{short}.events")),
             serve_command: Some(serve_command),
+            serve_tls_command: Some(serve_tls_command),
             kms_command,
         };
         check_socket(&launch.qmp_socket)?;
@@ -303,9 +310,19 @@ pub fn create(opts: &CreateOptions, step: &mut dyn FnMut(String)) -> Result<Crea
         let _ = std::fs::remove_dir_all(&dir);
         return Err(e);
     }
+    let images_ca = match serve::write_tls(&dir.join(serve::TLS_DIR)) {
+        Ok(ca) => ca,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(ProvisionError::Configure(format!(
+                "cluster {:?}: the image server's certificate: {e}",
+                opts.name
+            )));
+        }
+    };
     let generated = match &opts.config {
         None => None,
-        Some(c) => match super::configure::generate_files(&record, &dir, c, step) {
+        Some(c) => match super::configure::generate_files(&record, &dir, c, &images_ca, step) {
             Ok(g) => Some(g),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);

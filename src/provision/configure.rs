@@ -161,6 +161,7 @@ pub fn generate_files(
     record: &ClusterRecord,
     dir: &Path,
     opts: &ConfigureOptions,
+    images_ca: &str,
     step: &mut dyn FnMut(String),
 ) -> Result<Generated, ProvisionError> {
     let failed = |what: &str, e: String| ProvisionError::Configure(format!("cluster {:?}: {what}: {e}", record.name));
@@ -187,7 +188,8 @@ pub fn generate_files(
         };
         let patches: Vec<Patch> = opts.patches.iter().chain(own).cloned().collect();
         let text = node_config(base, &patches, node).map_err(|e| failed(&format!("the config of {}", node.name), e))?;
-        node_configs.push(text);
+        // A node told to fetch an image from the launcher's https server trusts its CA.
+        node_configs.push(super::serve::trust_images_ca(&text, images_ca));
     }
 
     let secrets_text = bundle.to_yaml();
@@ -426,7 +428,7 @@ mod tests {
             worker_patches: vec![Patch::parse("machine:\n  network:\n    hostname: w\n").unwrap()],
         };
         let mut steps = Vec::new();
-        let generated = generate_files(&record, &dir, &opts, &mut |s| steps.push(s)).unwrap();
+        let generated = generate_files(&record, &dir, &opts, "", &mut |s| steps.push(s)).unwrap();
         assert_eq!(generated.node_configs.len(), 2);
         for (node, text) in record.nodes.iter().zip(&generated.node_configs) {
             let path = node_config_path(&dir, &node.name);

@@ -667,6 +667,7 @@ mod tests {
                 qmp_socket: d.join("controlplane-1.qmp"),
                 events_socket: d.join("controlplane-1.events"),
                 serve_command: Some("x".into()),
+                serve_tls_command: None,
                 kms_command: None,
             },
             swtpm: None,

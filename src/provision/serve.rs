@@ -10,6 +10,11 @@
 //!   fetches `http://10.0.2.100/images/boot/SHA256SUMS`, `.../vmlinuz` and so on to install or
 //!   upgrade itself; tests add links of their own there.
 //!
+//! The same answers come over https on port 443 ([`HTTPS_PORT`]): `create` makes the cluster
+//! directory's [`TLS_DIR`] (a CA of its own and a certificate for [`CONFIG_ADDR`]), and a node
+//! whose configuration names an image at `https://10.0.2.100/` is given that CA in a
+//! `TrustedRootsConfig` document, so image URLs over https are tested as a user meets them.
+//!
 //! So a node fetches its configuration as a Talos node booted by Talos's QEMU provisioner does,
 //! but no listener exists on the host: nothing outside that node's QEMU can ask (the
 //! configuration holds the cluster's keys), and nothing keeps running after a request. A node
@@ -35,6 +40,14 @@ pub const IMAGES_DIR: &str = "images";
 /// The link in [`IMAGES_DIR`] to the artifacts directory the cluster booted from.
 pub const BOOT_IMAGES: &str = "boot";
 
+/// The port the https answers come on.
+pub const HTTPS_PORT: u16 = 443;
+/// The cluster directory's folder with the https server's CA (`ca.crt`), certificate
+/// (`tls.crt`) and key (`tls.key`).
+pub const TLS_DIR: &str = "images-tls";
+/// The name of the `TrustedRootsConfig` document that carries [`TLS_DIR`]'s CA to a node.
+pub const TRUSTED_ROOTS_NAME: &str = "cluster-images";
+
 /// The node's `talos.config=` URL.
 pub fn config_url() -> String {
     format!("http://{CONFIG_ADDR}{CONFIG_PATH}")
@@ -43,6 +56,109 @@ pub fn config_url() -> String {
 /// The URL a node fetches `images/<rel>` at, e.g. `images_url("boot/vmlinuz")`.
 pub fn images_url(rel: &str) -> String {
     format!("http://{CONFIG_ADDR}{IMAGES_PATH}{rel}")
+}
+
+/// The https URL of `images/<rel>`.
+pub fn images_https_url(rel: &str) -> String {
+    format!("https://{CONFIG_ADDR}{IMAGES_PATH}{rel}")
+}
+
+/// Makes `dir` ([`TLS_DIR`] in a cluster directory): a CA for this cluster's image server and
+/// a certificate for [`CONFIG_ADDR`] it signs. Returns the CA's PEM.
+pub fn write_tls(dir: &Path) -> Result<String, String> {
+    use crate::pki::ca::{CA_VALIDITY, CaOptions};
+    use crate::pki::{CertificateAuthority, KeyAlgorithm, Validity};
+    let now = std::time::SystemTime::now();
+    let ca = CertificateAuthority::generate(&CaOptions {
+        algorithm: KeyAlgorithm::Ed25519,
+        organization: Some("talosctl cluster"),
+        common_name: Some("image server CA"),
+        validity: Validity::starting(now, CA_VALIDITY),
+    })
+    .map_err(|e| e.to_string())?;
+    let addr: std::net::IpAddr = CONFIG_ADDR.parse().map_err(|e| format!("{CONFIG_ADDR}: {e}"))?;
+    let leaf = crate::pki::issue_server(&ca, CONFIG_ADDR, &[addr], &[], Validity::starting(now, CA_VALIDITY))
+        .map_err(|e| e.to_string())?;
+    std::fs::create_dir(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    for (name, text) in
+        [("ca.crt", ca.crt_pem()), ("tls.crt", leaf.crt_pem.as_str()), ("tls.key", leaf.key_pem.as_str())]
+    {
+        let path = dir.join(name);
+        crate::pki::write_private(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(ca.crt_pem().to_string())
+}
+
+/// `config` with a `TrustedRootsConfig` for the cluster's image server CA appended when it
+/// names an image at `https://10.0.2.100/`; unchanged otherwise.
+pub fn trust_images_ca(config: &str, ca_pem: &str) -> String {
+    if !config.contains(&format!("https://{CONFIG_ADDR}/")) {
+        return config.to_string();
+    }
+    let mut out = config.trim_end().to_string();
+    out.push_str(&format!(
+        "\n---\napiVersion: v1alpha1\nkind: TrustedRootsConfig\nname: {TRUSTED_ROOTS_NAME}\ncertificates: |\n"
+    ));
+    for line in ca_pem.lines() {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out
+}
+
+/// [`answer`] over TLS on stdin/stdout, with the certificate and key in `tls_dir`.
+pub fn answer_tls(tls_dir: &Path, served: &Served) -> std::io::Result<()> {
+    struct Stdio(std::io::Stdin, std::io::Stdout);
+    impl Read for Stdio {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+    impl Write for Stdio {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.1.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.1.flush()
+        }
+    }
+    answer_tls_on(tls_dir, Stdio(std::io::stdin(), std::io::stdout()), served)
+}
+
+/// [`answer`] over TLS on `transport`, with the certificate and key in `tls_dir`.
+pub fn answer_tls_on(tls_dir: &Path, transport: impl Read + Write, served: &Served) -> std::io::Result<()> {
+    use std::cell::RefCell;
+    let read = |name: &str| {
+        let path = tls_dir.join(name);
+        std::fs::read_to_string(&path)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display())))
+    };
+    let identity = crate::pki::CertAndKey { crt_pem: read("tls.crt")?, key_pem: read("tls.key")? };
+    let tls = crate::pki::tls::ServerTls::new::<&str>(&identity, &[], crate::pki::tls::ClientAuth::None)
+        .map_err(std::io::Error::other)?;
+    // HTTP/1.1 only: the gRPC door's h2 ALPN does not apply here.
+    let mut config = (*tls.config()).clone();
+    config.alpn_protocols = Vec::new();
+    let conn = rustls::ServerConnection::new(std::sync::Arc::new(config)).map_err(std::io::Error::other)?;
+    let stream = RefCell::new(rustls::StreamOwned::new(conn, transport));
+    // One stream, read through one handle and written through the other, never at once.
+    struct Half<'a, S>(&'a RefCell<S>);
+    impl<S: Read> Read for Half<'_, S> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().read(buf)
+        }
+    }
+    impl<S: Write> Write for Half<'_, S> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.0.borrow_mut().flush()
+        }
+    }
+    answer(&mut std::io::BufReader::new(Half(&stream)), &mut Half(&stream), served)?;
+    let mut stream = stream.into_inner();
+    stream.conn.send_close_notify();
+    stream.flush()
 }
 
 /// The most a request head may take; a node's GET is a few hundred bytes.
@@ -222,6 +338,11 @@ fn read_head(input: &mut impl BufRead) -> Result<(String, String), String> {
 pub fn command(exe: &Path, config: Option<&Path>, images: &Path) -> String {
     let file = config.map(|f| format!(" --file {}", quote(f))).unwrap_or_default();
     format!("{} talosctl cluster serve-config{file} --images {}", quote(exe), quote(images))
+}
+
+/// [`command`] answering over TLS with the certificate in `tls_dir` (port [`HTTPS_PORT`]).
+pub fn tls_command(exe: &Path, config: Option<&Path>, images: &Path, tls_dir: &Path) -> String {
+    format!("{} --tls {}", command(exe, config, images), quote(tls_dir))
 }
 
 fn quote(p: &Path) -> String {
@@ -414,6 +535,48 @@ mod tests {
         assert!(head.starts_with("HTTP/1.1 200 OK") && head.contains(&format!("Content-Length: {}\r\n", 48u64 << 20)));
         assert_eq!(out.at, 48 << 20, "the whole file");
         assert!(out.largest_write <= 1 << 20, "written in pieces of at most 1 MiB, not {}", out.largest_write);
+    }
+
+    /// https: a client that trusts the cluster's CA for 10.0.2.100 gets the file; the
+    /// configuration naming such a URL gets the CA as a TrustedRootsConfig.
+    #[test]
+    fn images_are_answered_over_tls_to_a_client_trusting_the_cluster_ca() {
+        let tmp = tempfile::tempdir().unwrap();
+        let l = layout();
+        let images = l.images.clone();
+        let tls_dir = tmp.path().join(TLS_DIR);
+        let ca = write_tls(&tls_dir).unwrap();
+        assert!(write_tls(&tls_dir).is_err(), "never over an existing directory");
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (dir, imgs) = (tls_dir.clone(), images.clone());
+        let server = std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            answer_tls_on(&dir, sock, &Served { config: None, images: Some(&imgs) })
+        });
+        let roots = crate::pki::tls::client_config(&[ca.as_str()], None).unwrap();
+        let name = rustls::pki_types::ServerName::try_from(CONFIG_ADDR).unwrap();
+        let conn = rustls::ClientConnection::new(roots, name).unwrap();
+        let mut stream = rustls::StreamOwned::new(conn, std::net::TcpStream::connect(addr).unwrap());
+        stream.write_all(b"GET /images/boot/SHA256SUMS HTTP/1.1\r\nHost: 10.0.2.100\r\n\r\n").unwrap();
+        let mut reply = Vec::new();
+        stream.read_to_end(&mut reply).unwrap();
+        server.join().unwrap().unwrap();
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+        assert!(reply.ends_with("\r\n\r\nabc  vmlinuz\n"), "{reply}");
+
+        let plain = "version: v1alpha1\nmachine:\n  install:\n    image: http://10.0.2.100/images/boot/\n";
+        assert_eq!(trust_images_ca(plain, &ca), plain, "an http URL needs no CA");
+        let https = plain.replace("http:", "https:");
+        let trusted = trust_images_ca(&https, &ca);
+        let loaded = crate::config::load(&trusted).unwrap().config;
+        let roots = crate::controllers::files::custom_roots(&loaded);
+        assert_eq!(roots.len(), 1);
+        assert_eq!(roots[0].0, TRUSTED_ROOTS_NAME);
+        assert_eq!(roots[0].1.trim(), ca.trim());
+        crate::pki::pem::decode_certificates(&roots[0].1, "the CA").unwrap();
     }
 
     #[test]

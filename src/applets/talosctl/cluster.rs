@@ -45,6 +45,9 @@ pub enum ClusterCommand {
         /// The cluster's images directory, served under /images/.
         #[arg(long)]
         images: Option<PathBuf>,
+        /// Answer over TLS with the certificate and key in this directory (tls.crt, tls.key).
+        #[arg(long, value_name = "DIR")]
+        tls: Option<PathBuf>,
     },
     /// Runs one node's QEMU (and swtpm) from its launch file, restarting it when the node
     /// reboots; `cluster create` starts one per node.
@@ -161,10 +164,16 @@ impl ClusterCommand {
             ClusterCommand::Destroy { name, state, graceful, graceful_timeout } => {
                 cluster_destroy(name, state, graceful.then_some(graceful_timeout))
             }
-            ClusterCommand::ServeConfig { file, images } => {
-                let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+            ClusterCommand::ServeConfig { file, images, tls } => {
                 let served = crate::provision::serve::Served { config: file.as_deref(), images: images.as_deref() };
-                match crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &served) {
+                let answered = match &tls {
+                    Some(dir) => crate::provision::serve::answer_tls(dir, &served),
+                    None => {
+                        let (stdin, stdout) = (std::io::stdin(), std::io::stdout());
+                        crate::provision::serve::answer(&mut stdin.lock(), &mut stdout.lock(), &served)
+                    }
+                };
+                match answered {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("talosctl cluster serve-config: {e}");
