@@ -1079,7 +1079,15 @@ fn every_node_is_served_the_artifacts_it_booted_from() {
     let dir = state.join("img");
     let (_, argv) = live_qemu(&dir.join("img-controlplane-1.pid")).expect("QEMU runs");
     let netdev = argv.iter().find(|a| a.starts_with("user,id=api,")).unwrap();
-    let command = netdev.split(",guestfwd=tcp:10.0.2.100:80-cmd:").nth(1).expect("a serving guestfwd");
+    // Each forward's command runs to the next option (the commands hold no single comma).
+    let forward = |prefix: &str| {
+        let rest = netdev.split(prefix).nth(1)?;
+        Some(rest.split(",guestfwd=").next().unwrap_or(rest).to_string())
+    };
+    let command = forward(",guestfwd=tcp:10.0.2.100:80-cmd:").expect("a serving guestfwd");
+    let https = forward(",guestfwd=tcp:10.0.2.100:443-cmd:").expect("an https guestfwd");
+    assert!(https.starts_with(&command) && https.contains(" --tls "), "{https}");
+    let command = command.as_str();
     let ask = |request: &str| {
         use std::io::Write;
         let mut child = Command::new("sh")
