@@ -10,7 +10,7 @@ use tonic::Status;
 use super::machine_service::MachineApi;
 use super::proto::machine as m;
 use crate::pki::{CertificateAuthority, RoleSet, Validity};
-use crate::resources::config::{self as cfg, MachineConfig};
+use crate::resources::config::MachineConfig;
 use crate::resources::secrets::{self as sec, OsRoot};
 
 pub fn generate(
@@ -34,13 +34,8 @@ pub fn generate(
     let cert = crate::pki::issue_client(&ca, None, &roles, Validity::starting(SystemTime::now(), ttl))
         .map_err(|e| Status::internal(e.to_string()))?;
 
-    let cluster = api
-        .state
-        .find::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)
-        .ok()
-        .flatten()
-        .and_then(|mc| crate::config::load(&mc.spec().yaml).ok())
-        .and_then(|l| l.config.machine().ok())
+    let cluster = MachineConfig::active(&api.state)
+        .and_then(|c| c.machine().ok())
         .and_then(|v| v.cluster_name)
         .unwrap_or_else(|| "talos-default".to_string());
     let names = roles.strings();

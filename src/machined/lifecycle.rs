@@ -183,14 +183,7 @@ impl Lifecycle {
     /// `/etc/ssl/certs/ca-certificates.crt` holds them, computed here so that an install
     /// right after the configuration lands does not race the file's rendering.
     fn trusted_roots(&self) -> Result<PathBuf, LifecycleError> {
-        use crate::resources::config::{self as cfg, MachineConfig};
-        let config = self
-            .state
-            .find::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)
-            .ok()
-            .flatten()
-            .and_then(|mc| crate::config::load(&mc.spec().yaml).ok())
-            .map(|l| l.config);
+        let config = crate::resources::config::MachineConfig::active(&self.state);
         let bundle = crate::controllers::files::trusted_roots_bundle(
             Path::new(crate::controllers::files::IMAGE_TRUSTED_ROOTS),
             config.as_ref(),

@@ -126,7 +126,6 @@ pub fn answer_tls(tls_dir: &Path, served: &Served) -> std::io::Result<()> {
 
 /// [`answer`] over TLS on `transport`, with the certificate and key in `tls_dir`.
 pub fn answer_tls_on(tls_dir: &Path, transport: impl Read + Write, served: &Served) -> std::io::Result<()> {
-    use std::cell::RefCell;
     let read = |name: &str| {
         let path = tls_dir.join(name);
         std::fs::read_to_string(&path)
@@ -139,26 +138,13 @@ pub fn answer_tls_on(tls_dir: &Path, transport: impl Read + Write, served: &Serv
     let mut config = (*tls.config()).clone();
     config.alpn_protocols = Vec::new();
     let conn = rustls::ServerConnection::new(std::sync::Arc::new(config)).map_err(std::io::Error::other)?;
-    let stream = RefCell::new(rustls::StreamOwned::new(conn, transport));
-    // One stream, read through one handle and written through the other, never at once.
-    struct Half<'a, S>(&'a RefCell<S>);
-    impl<S: Read> Read for Half<'_, S> {
-        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            self.0.borrow_mut().read(buf)
-        }
-    }
-    impl<S: Write> Write for Half<'_, S> {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0.borrow_mut().write(buf)
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            self.0.borrow_mut().flush()
-        }
-    }
-    answer(&mut std::io::BufReader::new(Half(&stream)), &mut Half(&stream), served)?;
-    let mut stream = stream.into_inner();
-    stream.conn.send_close_notify();
-    stream.flush()
+    // The request is read through a buffer; the answer goes to the stream beneath it.
+    let mut stream = std::io::BufReader::new(rustls::StreamOwned::new(conn, transport));
+    let request = read_request(&mut stream, served);
+    let tls = stream.get_mut();
+    respond(tls, request)?;
+    tls.conn.send_close_notify();
+    tls.flush()
 }
 
 /// The most a request head may take; a node's GET is a few hundred bytes.
@@ -274,10 +260,19 @@ fn route(method: &str, path: &str, served: &Served) -> Reply {
 /// configuration for `GET /config.yaml`, a file streamed for `GET /images/...`, their headers
 /// alone for HEAD; 404 for anything else, 405 for another method, 400 for garbage.
 pub fn answer(input: &mut impl BufRead, output: &mut impl Write, served: &Served) -> std::io::Result<()> {
-    let (head_only, reply) = match read_head(input) {
+    respond(output, read_request(input, served))
+}
+
+/// The reply to the request read from `input`, and whether it is for a HEAD.
+fn read_request(input: &mut impl BufRead, served: &Served) -> (bool, Reply) {
+    match read_head(input) {
         Err(why) => (false, text("400 Bad Request", why)),
         Ok((method, path)) => (method == "HEAD", route(&method, &path, served)),
-    };
+    }
+}
+
+/// Writes `reply` to `output` (its head alone for a HEAD).
+fn respond(output: &mut impl Write, (head_only, reply): (bool, Reply)) -> std::io::Result<()> {
     let len = match &reply.body {
         Body::Text(bytes) => bytes.len() as u64,
         Body::File(_, len) => *len,

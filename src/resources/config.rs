@@ -19,6 +19,13 @@ pub struct MachineConfig {
 impl MachineConfig {
     pub const ACTIVE_ID: &'static str = "v1alpha1";
     pub const PERSISTENT_ID: &'static str = "persistent";
+
+    /// The configuration in force on `state`, loaded; `None` when there is none or it does
+    /// not load (a caller outside the controllers that needs only a best-effort view of it).
+    pub fn active(state: &crate::cosi::State) -> Option<crate::config::Config> {
+        let mc = state.find::<MachineConfig>(NAMESPACE, Self::ACTIVE_ID).ok().flatten()?;
+        crate::config::load(&mc.spec().yaml).ok().map(|l| l.config)
+    }
 }
 
 impl std::fmt::Debug for MachineConfig {
