@@ -120,7 +120,7 @@ impl Ctl {
             .envs(env.iter().copied())
             .current_dir(&self.dir)
             .env("TALOSCONFIG", self.dir.join("talosconfig"))
-            .env_remove("TALOS_HOME")
+            .env("TALOS_HOME", self.dir.join("talos"))
             .output()
             .unwrap()
     }

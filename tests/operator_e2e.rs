@@ -104,7 +104,7 @@ impl Scratch {
             .args(args)
             .current_dir(&self.dir)
             .env("TALOSCONFIG", self.dir.join("talosconfig"))
-            .env_remove("TALOS_HOME")
+            .env("TALOS_HOME", self.dir.join("talos"))
             .output()
             .unwrap()
     }
