@@ -340,7 +340,7 @@ fn https_config(roots: &Path) -> Result<rustls::ClientConfig, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn write_set(dir: &Path, version: &str) {
@@ -459,13 +459,10 @@ mod tests {
         assert!(err.to_string().contains("only http:// and https://"), "{err}");
     }
 
-    /// https: the server's certificate must chain to the roots given.
-    #[tokio::test]
-    async fn fetches_over_https_from_a_server_the_roots_trust() {
+    /// Serves `root` over https on loopback under `/img/`, with a certificate for 127.0.0.1
+    /// issued by a new CA; returns the address and the CA's certificate (PEM).
+    pub(crate) async fn serve_https(root: PathBuf) -> (std::net::SocketAddr, String) {
         use crate::pki::{ca::CertificateAuthority, issue};
-        let tmp = tempfile::tempdir().unwrap();
-        let served = tmp.path().join("www");
-        write_set(&served, "0.4.0");
         let now = std::time::SystemTime::now();
         let ca = CertificateAuthority::generate_os(now).unwrap();
         let ip: std::net::IpAddr = "127.0.0.1".parse().unwrap();
@@ -490,9 +487,19 @@ mod tests {
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .unwrap();
-        let addr = serve(served, Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))).await;
+        let addr = serve(root, Some(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))).await;
+        (addr, ca.crt_pem().to_string())
+    }
+
+    /// https: the server's certificate must chain to the roots given.
+    #[tokio::test]
+    async fn fetches_over_https_from_a_server_the_roots_trust() {
+        let tmp = tempfile::tempdir().unwrap();
+        let served = tmp.path().join("www");
+        write_set(&served, "0.4.0");
+        let (addr, ca) = serve_https(served).await;
         let roots = tmp.path().join("roots.pem");
-        std::fs::write(&roots, ca.crt_pem()).unwrap();
+        std::fs::write(&roots, ca).unwrap();
         let url = format!("https://{addr}/img/");
         let got = fetch(&url, &tmp.path().join("got"), &roots, &mut |_| {}).await.unwrap();
         assert_eq!(got.version, "0.4.0");

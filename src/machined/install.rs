@@ -9,7 +9,7 @@
 //! The artifacts come from `machine.install.image` when it is an http(s) URL of an imager
 //! output directory, else from what the node booted: the UKI on a vfat volume. Progress and
 //! failures are in the `InstallStatus` resource and on the console; a failed install is
-//! tried again when the configuration changes. Never writes to a disk the selector did not
+//! tried again 30 s later, or at once when the configuration changes. Never writes to a disk the selector did not
 //! pick, to the disk holding the artifacts it installs from, or to a read-only disk.
 
 use std::path::{Path, PathBuf};
@@ -38,17 +38,21 @@ const MEDIA_MOUNT: &str = "/run/talosbox/media";
 const STATE_WAIT: Duration = Duration::from_secs(600);
 /// How often a selector that matches no disk yet is tried again.
 const RETRY: Duration = Duration::from_secs(5);
+/// When a failed install (an image server not reachable yet, a write that failed) is tried
+/// again, if the configuration has not changed before.
+const FAILED_RETRY: Duration = Duration::from_secs(30);
 
 /// Follows the configuration and installs when it asks for it (see the module's text).
 pub async fn run(lc: Arc<Lifecycle>, store: Arc<ConfigStore>, cancel: CancellationToken) {
     let mut configs = store.subscribe();
     let mut attempted: Option<String> = None;
+    let mut failed = false;
     loop {
         let text = configs.borrow_and_update().active.as_deref().map(str::to_string);
-        let view =
-            text.as_deref().and_then(|t| crate::config::load(t).ok()).and_then(|l| l.config.install().ok().flatten());
+        let config = text.as_deref().and_then(|t| crate::config::load(t).ok()).map(|l| l.config);
+        let view = config.as_ref().and_then(|c| c.install().ok().flatten());
         match (&view, lc.booted()) {
-            (None, _) => {}
+            (None, _) => failed = false,
             (Some(_), Some(slot)) => {
                 publish(&lc, |s| {
                     s.phase = "skipped".into();
@@ -59,16 +63,20 @@ pub async fn run(lc: Arc<Lifecycle>, store: Arc<ConfigStore>, cancel: Cancellati
                 attempted = text.clone();
                 let outcome = tokio::select! {
                     () = cancel.cancelled() => return,
-                    r = install(&lc, &store, view, &cancel) => r,
+                    r = install(&lc, &store, view, config.as_ref(), &cancel) => r,
                 };
                 match outcome {
                     Ok(()) => return,
                     Err(e) => {
-                        console::line(&format!("install: {e}; tried again when the configuration changes"));
+                        console::line(&format!(
+                            "install: {e}; tried again in {} s or when the configuration changes",
+                            FAILED_RETRY.as_secs()
+                        ));
                         publish(&lc, |s| {
                             s.phase = "failed".into();
                             s.message = e.to_string();
                         });
+                        failed = true;
                     }
                 }
             }
@@ -77,6 +85,7 @@ pub async fn run(lc: Arc<Lifecycle>, store: Arc<ConfigStore>, cancel: Cancellati
         tokio::select! {
             () = cancel.cancelled() => return,
             r = configs.changed() => if r.is_err() { return },
+            () = tokio::time::sleep(FAILED_RETRY), if failed => attempted = None,
         }
     }
 }
@@ -141,6 +150,7 @@ async fn install(
     lc: &Arc<Lifecycle>,
     store: &ConfigStore,
     view: &InstallView,
+    config: Option<&crate::config::Config>,
     cancel: &CancellationToken,
 ) -> Result<(), LifecycleError> {
     let _held = lc.hold().await;
@@ -193,7 +203,7 @@ async fn install(
     });
     let mut progress = |line: String| console::line(&format!("install: {line}"));
     let (artifacts, source) = match (view.image_url(), media) {
-        (Some(url), _) => (lc.artifacts(Source::Url(url.to_string()), &mut progress).await?, url.to_string()),
+        (Some(url), _) => (lc.artifacts(Source::Url(url.to_string()), config, &mut progress).await?, url.to_string()),
         (None, Some((uki, on))) => (uki, format!("the UKI on {on}")),
         (None, None) => {
             return Err(LifecycleError::step(

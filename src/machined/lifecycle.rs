@@ -178,15 +178,15 @@ impl Lifecycle {
         meta.get(UPGRADE_TAG).and_then(|v| Slot::parse(&String::from_utf8_lossy(v)))
     }
 
-    /// The CAs an https image server must chain to: the image's roots and the active
-    /// configuration's `TrustedRootsConfig` certificates, as the rendered
-    /// `/etc/ssl/certs/ca-certificates.crt` holds them, computed here so that an install
-    /// right after the configuration lands does not race the file's rendering.
-    fn trusted_roots(&self) -> Result<PathBuf, LifecycleError> {
-        let config = crate::resources::config::MachineConfig::active(&self.state);
+    /// The CAs an https image server must chain to: the image's roots and `config`'s
+    /// `TrustedRootsConfig` certificates, as the rendered `/etc/ssl/certs/ca-certificates.crt`
+    /// holds them. The caller names the configuration it acts on: an install starts as soon as
+    /// the store holds a configuration, before the file (or the `MachineConfig` resource) is
+    /// rendered from it.
+    fn trusted_roots(&self, config: Option<&crate::config::Config>) -> Result<PathBuf, LifecycleError> {
         let bundle = crate::controllers::files::trusted_roots_bundle(
             Path::new(crate::controllers::files::IMAGE_TRUSTED_ROOTS),
-            config.as_ref(),
+            config,
         );
         // A node image without a bundle of its own (a process in a test) keeps the system's.
         if bundle.is_empty() {
@@ -198,10 +198,12 @@ impl Lifecycle {
         Ok(path)
     }
 
-    /// The artifacts `source` names, checked, in the scratch directory.
+    /// The artifacts `source` names, checked, in the scratch directory; an https URL must be
+    /// served with a certificate the image's roots or `config`'s trusted roots vouch for.
     pub(crate) async fn artifacts(
         &self,
         source: Source,
+        config: Option<&crate::config::Config>,
         progress: &mut (dyn FnMut(String) + Send),
     ) -> Result<Artifacts, LifecycleError> {
         match source {
@@ -209,7 +211,7 @@ impl Lifecycle {
                 let dir = self.scratch.join("fetched");
                 let _ = std::fs::remove_dir_all(&dir);
                 progress(format!("fetching {url} (SHA256SUMS first; every file is checked against it)"));
-                let roots = self.trusted_roots()?;
+                let roots = self.trusted_roots(config)?;
                 Ok(artifacts::fetch(&url, &dir, &roots, progress).await?)
             }
             Source::Dir(dir) => {
@@ -232,7 +234,8 @@ impl Lifecycle {
     ) -> Result<Slot, LifecycleError> {
         let booted = self.booted.ok_or(LifecycleError::NotInstalled("upgrade"))?;
         let _held = self.hold().await;
-        let artifacts = self.artifacts(source, progress).await?;
+        let config = crate::resources::config::MachineConfig::active(&self.state);
+        let artifacts = self.artifacts(source, config.as_ref(), progress).await?;
         let target = booted.other();
         progress(format!(
             "verified talosbox {} ({}, vmlinuz, cmdline {:?})",
@@ -428,4 +431,43 @@ pub(crate) fn on_mounted<T>(
     synced.map_err(|e| LifecycleError::step("syncing BOOT", e))?;
     unmounted?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::boot::artifacts::tests::{serve_https, write_set};
+
+    /// An install starts as soon as the store holds a configuration, before the
+    /// `MachineConfig` resource (and the rendered bundle) follow it: the https fetch must trust
+    /// the `TrustedRootsConfig` of the configuration it is handed, not wait for the resource.
+    #[tokio::test]
+    async fn a_fetch_trusts_the_roots_of_the_configuration_it_is_handed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let served = tmp.path().join("www");
+        write_set(&served, "0.5.0");
+        let (addr, ca) = serve_https(served).await;
+        let indented: String = ca.lines().map(|l| format!("  {l}\n")).collect();
+        let text = format!(
+            "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: TrustedRootsConfig\n\
+             name: images\ncertificates: |\n{indented}"
+        );
+        let config = crate::config::load(&text).unwrap().config;
+        let (power, _rx) = mpsc::unbounded_channel();
+        // The state holds no MachineConfig, as in the moment after the store took the text.
+        let lc = Lifecycle::new(
+            State::in_memory(),
+            crate::block::meta::MetaStore::new(),
+            Reaper::new(crate::services::ReapMode::Own),
+            power,
+            None,
+            tmp.path().join("scratch"),
+        );
+        let url = format!("https://{addr}/img/");
+        let got = lc.artifacts(Source::Url(url.clone()), Some(&config), &mut |_| {}).await.unwrap();
+        assert_eq!(got.version, "0.5.0");
+        // Without the configuration's roots the image server is not trusted.
+        let err = lc.artifacts(Source::Url(url), None, &mut |_| {}).await.unwrap_err();
+        assert!(err.to_string().contains("TLS"), "{err}");
+    }
 }
