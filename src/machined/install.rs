@@ -9,8 +9,9 @@
 //! The artifacts come from `machine.install.image` when it is an http(s) URL of an imager
 //! output directory, else from what the node booted: the UKI on a vfat volume. Progress and
 //! failures are in the `InstallStatus` resource and on the console; a failed install is
-//! tried again 30 s later, or at once when the configuration changes. Never writes to a disk the selector did not
-//! pick, to the disk holding the artifacts it installs from, or to a read-only disk.
+//! tried again 30 s later, or at once when the configuration changes. Never writes to a disk
+//! the selector did not pick, to the disk holding the artifacts it installs from, or to a
+//! read-only disk.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::block::selector::{Env, Expression, Vars};
 use crate::boot::artifacts::{self, Artifacts};
 use crate::boot::install::{GrubImages, Planned};
 use crate::boot::slots::Slot;
+use crate::config::Config;
 use crate::config::install::InstallView;
 use crate::cosi::Resource;
 use crate::kernel::blockdev::BlockDevice;
@@ -150,7 +152,7 @@ async fn install(
     lc: &Arc<Lifecycle>,
     store: &ConfigStore,
     view: &InstallView,
-    config: Option<&crate::config::Config>,
+    config: Option<&Config>,
     cancel: &CancellationToken,
 ) -> Result<(), LifecycleError> {
     let _held = lc.hold().await;

@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use crate::boot::artifacts::{self, Artifacts, ArtifactsError};
 use crate::boot::install::InstallError;
 use crate::boot::slots::{Boot, Slot, SlotError};
+use crate::config::Config;
 use crate::cosi::{Resource, State};
 use crate::kernel::console;
 use crate::kernel::power::PowerAction;
@@ -183,7 +184,7 @@ impl Lifecycle {
     /// holds them. The caller names the configuration it acts on: an install starts as soon as
     /// the store holds a configuration, before the file (or the `MachineConfig` resource) is
     /// rendered from it.
-    fn trusted_roots(&self, config: Option<&crate::config::Config>) -> Result<PathBuf, LifecycleError> {
+    fn trusted_roots(&self, config: Option<&Config>) -> Result<PathBuf, LifecycleError> {
         let bundle = crate::controllers::files::trusted_roots_bundle(
             Path::new(crate::controllers::files::IMAGE_TRUSTED_ROOTS),
             config,
@@ -203,7 +204,7 @@ impl Lifecycle {
     pub(crate) async fn artifacts(
         &self,
         source: Source,
-        config: Option<&crate::config::Config>,
+        config: Option<&Config>,
         progress: &mut (dyn FnMut(String) + Send),
     ) -> Result<Artifacts, LifecycleError> {
         match source {
