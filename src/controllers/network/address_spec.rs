@@ -29,6 +29,14 @@ impl AddressSpecController {
     }
 }
 
+#[async_trait::async_trait]
+impl KernelSpec for AddressSpec {
+    async fn sync(netlink: &Netlink, ctx: &mut Context, specs: &[Resource<Self>]) -> Result<(), NetlinkError> {
+        let kernel = index_addresses(netlink.addresses(None).await?);
+        apply_each(netlink, ctx, specs, |spec, going, links| step(spec, going, links, &kernel), run_step).await
+    }
+}
+
 /// The kernel's form of a spec's address.
 pub(crate) fn kernel_prefix(prefix: &crate::resources::network::IpPrefix) -> netlink::IpPrefix {
     netlink::IpPrefix::from(prefix)
@@ -117,14 +125,6 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
             netlink.add_address(&want).await
         }
         Step::Delete(existing) => netlink.delete_address(&existing).await,
-    }
-}
-
-#[async_trait::async_trait]
-impl KernelSpec for AddressSpec {
-    async fn sync(netlink: &Netlink, ctx: &mut Context, specs: &[Resource<Self>]) -> Result<(), NetlinkError> {
-        let kernel = index_addresses(netlink.addresses(None).await?);
-        apply_each(netlink, ctx, specs, |spec, going, links| step(spec, going, links, &kernel), run_step).await
     }
 }
 
