@@ -11,6 +11,7 @@ pub mod config;
 pub mod files;
 pub mod generic_merge;
 pub mod generic_transform;
+mod kernel_sources;
 pub mod network;
 pub mod runtime;
 pub mod secrets;

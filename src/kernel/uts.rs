@@ -9,15 +9,12 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
 
-use rustix::thread::{LinkNameSpaceType, UnshareFlags};
+use rustix::thread::LinkNameSpaceType;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
-use tokio_util::sync::CancellationToken;
 
-use crate::cosi::{EventSource, SourceError, Waker};
+use super::netns::{Kind, Namespace};
 
 /// The kernel's default for a name never set.
 const UNSET: &str = "(none)";
@@ -47,64 +44,16 @@ pub fn set_names(names: &UtsNames) -> io::Result<()> {
     Ok(())
 }
 
+/// UTS namespaces.
+pub struct Uts;
+
+impl Kind for Uts {
+    const TYPE: LinkNameSpaceType = LinkNameSpaceType::HostNameAndNISDomainName;
+    const OWN: &'static str = "/proc/thread-self/ns/uts";
+}
+
 /// A UTS namespace, held open by a file descriptor. Clones share the descriptor.
-#[derive(Clone, Debug)]
-pub struct UtsNs {
-    fd: Arc<OwnedFd>,
-}
-
-impl UtsNs {
-    /// A fresh UTS namespace, starting with a copy of the caller's names.
-    pub fn new() -> io::Result<UtsNs> {
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                // SAFETY: CLONE_NEWUTS changes only this thread's UTS namespace; it does not
-                // unshare the file table (CLONE_FILES), which is what makes unshare unsafe.
-                unsafe { rustix::thread::unshare_unsafe(UnshareFlags::NEWUTS) }?;
-                UtsNs::open("/proc/thread-self/ns/uts")
-            })
-            .join()
-            .unwrap_or_else(|_| Err(io::Error::other("the namespace thread panicked")))
-        })
-    }
-
-    /// The calling thread's UTS namespace.
-    pub fn current() -> io::Result<UtsNs> {
-        UtsNs::open("/proc/thread-self/ns/uts")
-    }
-
-    fn open(path: &str) -> io::Result<UtsNs> {
-        Ok(UtsNs { fd: Arc::new(OwnedFd::from(File::open(path)?)) })
-    }
-
-    /// Runs `work` on a thread inside this namespace and returns its result.
-    pub fn run<T, F>(&self, work: F) -> io::Result<T>
-    where
-        T: Send,
-        F: FnOnce() -> T + Send,
-    {
-        std::thread::scope(|s| {
-            let thread = s.spawn(|| {
-                rustix::thread::move_into_link_name_space(
-                    self.fd.as_fd(),
-                    Some(LinkNameSpaceType::HostNameAndNISDomainName),
-                )?;
-                Ok(work())
-            });
-            match thread.join() {
-                Ok(result) => result,
-                Err(panic) => std::panic::resume_unwind(panic),
-            }
-        })
-    }
-
-    /// Whether `self` and `other` are the same namespace.
-    pub fn same_as(&self, other: &UtsNs) -> io::Result<bool> {
-        let a = rustix::fs::fstat(self.fd.as_fd())?;
-        let b = rustix::fs::fstat(other.fd.as_fd())?;
-        Ok((a.st_dev, a.st_ino) == (b.st_dev, b.st_ino))
-    }
-}
+pub type UtsNs = Namespace<Uts>;
 
 /// Whose names a hostname controller reads and sets.
 #[derive(Debug, Clone)]
@@ -162,30 +111,9 @@ impl UtsWatch {
     }
 }
 
-/// The event source over [`UtsWatch`] that wakes a hostname controller.
+/// The event source over [`UtsWatch`] that wakes a hostname controller (the controllers'
+/// side makes it one; nothing here knows the runtime).
 pub struct UtsEvents;
-
-#[async_trait::async_trait]
-impl EventSource for UtsEvents {
-    fn name(&self) -> String {
-        "uts names".to_string()
-    }
-
-    async fn run(&mut self, waker: &Waker, cancel: &CancellationToken) -> Result<(), SourceError> {
-        // A change before this is covered by the controller's first reconcile (or the full
-        // one that follows a restart).
-        let mut watch = UtsWatch::open()?;
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                changed = watch.changed() => {
-                    changed?;
-                    waker.wake();
-                }
-            }
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {

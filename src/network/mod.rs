@@ -14,6 +14,7 @@ pub mod cmdline;
 pub mod config;
 pub mod dhcp4;
 pub mod dhcp6;
+pub mod dhcp_client;
 pub mod dns;
 pub mod nocloud;
 pub mod operator;

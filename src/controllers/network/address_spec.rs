@@ -13,21 +13,27 @@
 
 use std::collections::HashMap;
 
-use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, Resource};
+use crate::cosi::{Context, Resource};
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
-use crate::resources::network::{AddressFlags, AddressSpec, NAMESPACE};
+use crate::resources::network::{AddressFlags, AddressSpec};
 
-use super::spec_apply::{hold_running, run_all, settle, tearing_down};
-use super::{Connection, NetworkTarget};
+use super::NetworkTarget;
+use super::spec_apply::{KernelSpec, SpecApplyController, apply_each};
 
-pub struct AddressSpecController {
-    connection: Connection,
-}
+pub type AddressSpecController = SpecApplyController<AddressSpec>;
 
 impl AddressSpecController {
     /// Applies addresses in the namespace `target` names.
     pub fn new(target: NetworkTarget) -> Self {
-        AddressSpecController { connection: Connection::new(target) }
+        SpecApplyController::with(target, "AddressSpecController", Groups::LINKS | Groups::ADDRESSES)
+    }
+}
+
+#[async_trait::async_trait]
+impl KernelSpec for AddressSpec {
+    async fn sync(netlink: &Netlink, ctx: &mut Context, specs: &[Resource<Self>]) -> Result<(), NetlinkError> {
+        let kernel = index_addresses(netlink.addresses(None).await?);
+        apply_each(netlink, ctx, specs, |spec, going, links| step(spec, going, links, &kernel), run_step).await
     }
 }
 
@@ -119,54 +125,6 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
             netlink.add_address(&want).await
         }
         Step::Delete(existing) => netlink.delete_address(&existing).await,
-    }
-}
-
-impl AddressSpecController {
-    async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<AddressSpec>]) -> Result<(), NetlinkError> {
-        let netlink = self.connection.get()?;
-        let links = netlink.link_indexes().await?;
-        let kernel = index_addresses(netlink.addresses(None).await?);
-        let steps = specs
-            .iter()
-            .map(|spec| {
-                let going = tearing_down(spec);
-                (spec, going, step(spec.spec(), going, &links, &kernel))
-            })
-            .collect();
-        for (spec, going, outcome) in run_all(steps, |step| run_step(netlink, step)).await {
-            settle(ctx, spec, going, outcome);
-        }
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Controller for AddressSpecController {
-    fn name(&self) -> String {
-        "AddressSpecController".to_string()
-    }
-
-    fn inputs(&self) -> Vec<Input> {
-        vec![Input::strong::<AddressSpec>(NAMESPACE)]
-    }
-
-    fn outputs(&self) -> Vec<Output> {
-        Vec::new()
-    }
-
-    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
-        vec![Box::new(self.connection.target().events(Groups::LINKS | Groups::ADDRESSES))]
-    }
-
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let specs = ctx.list::<AddressSpec>(NAMESPACE)?;
-        hold_running(ctx, &specs)?;
-        if let Err(e) = self.sync(ctx, &specs).await {
-            self.connection.reset();
-            return Err(e.into());
-        }
-        Ok(())
     }
 }
 

@@ -5,20 +5,18 @@
 
 use std::collections::HashMap;
 
-use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
-use crate::kernel::netlink::{self, Groups, NetlinkError};
-use crate::resources::network::{AddressFlags, AddressStatus, Family, IpPrefix, NAMESPACE, Scope, address_id};
+use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
+use crate::resources::network::{AddressFlags, AddressStatus, Family, IpPrefix, Scope, address_id};
 
-use super::{Connection, NetworkTarget};
+use super::NetworkTarget;
+use super::status_observe::{KernelStatus, StatusController};
 
-pub struct AddressStatusController {
-    connection: Connection,
-}
+pub type AddressStatusController = StatusController<AddressStatus>;
 
 impl AddressStatusController {
     /// Observes the namespace `target` names.
     pub fn new(target: NetworkTarget) -> Self {
-        AddressStatusController { connection: Connection::new(target) }
+        StatusController::with(target, "AddressStatusController", Groups::LINKS | Groups::ADDRESSES)
     }
 }
 
@@ -40,9 +38,9 @@ pub(crate) fn address_status(address: &netlink::Address, link_name: &str) -> Add
     }
 }
 
-impl AddressStatusController {
-    async fn observe(&mut self) -> Result<Vec<(String, AddressStatus)>, NetlinkError> {
-        let netlink = self.connection.get()?;
+#[async_trait::async_trait]
+impl KernelStatus for AddressStatus {
+    async fn observe(netlink: &Netlink) -> Result<Vec<(String, Self)>, NetlinkError> {
         let names: HashMap<u32, String> = netlink.links().await?.into_iter().map(|l| (l.index, l.name)).collect();
         let addresses = netlink.addresses(None).await?;
         Ok(addresses
@@ -53,41 +51,6 @@ impl AddressStatusController {
                 (address_id(link_name, &status.address), status)
             })
             .collect())
-    }
-}
-
-#[async_trait::async_trait]
-impl Controller for AddressStatusController {
-    fn name(&self) -> String {
-        "AddressStatusController".to_string()
-    }
-
-    fn inputs(&self) -> Vec<Input> {
-        Vec::new()
-    }
-
-    fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<AddressStatus>()]
-    }
-
-    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
-        vec![Box::new(self.connection.target().events(Groups::LINKS | Groups::ADDRESSES))]
-    }
-
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let observed = match self.observe().await {
-            Ok(observed) => observed,
-            Err(e) => {
-                self.connection.reset();
-                return Err(e.into());
-            }
-        };
-        ctx.start_tracking_outputs();
-        for (id, status) in observed {
-            ctx.apply(NAMESPACE, &id, status)?;
-        }
-        ctx.cleanup_outputs()?;
-        Ok(())
     }
 }
 

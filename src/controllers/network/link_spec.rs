@@ -13,17 +13,17 @@
 
 use std::collections::HashMap;
 
-use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, Resource};
+use crate::cosi::{Context, Resource};
 use crate::kernel::netlink::{
     BondSettings, BridgeSettings, Groups, Link, LinkData, LinkKind, Netlink, NetlinkError, VlanInfo, VlanProtocol,
 };
 use crate::resources::network::{
     BondMasterSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VETH, LINK_KIND_VLAN, LinkFlags,
-    LinkSpec, NAMESPACE,
+    LinkSpec,
 };
 
-use super::spec_apply::{hold_running, settle, tearing_down};
-use super::{Connection, NetworkTarget};
+use super::NetworkTarget;
+use super::spec_apply::{KernelSpec, SpecApplyController, settle, tearing_down};
 
 #[derive(Debug, thiserror::Error)]
 pub enum LinkSpecError {
@@ -33,14 +33,12 @@ pub enum LinkSpecError {
     Invalid { name: String, reason: String },
 }
 
-pub struct LinkSpecController {
-    connection: Connection,
-}
+pub type LinkSpecController = SpecApplyController<LinkSpec>;
 
 impl LinkSpecController {
     /// Configures links in the namespace `target` names.
     pub fn new(target: NetworkTarget) -> Self {
-        LinkSpecController { connection: Connection::new(target) }
+        SpecApplyController::with(target, "LinkSpecController", Groups::LINKS)
     }
 }
 
@@ -387,9 +385,9 @@ async fn apply(
     Ok(())
 }
 
-impl LinkSpecController {
-    async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<LinkSpec>]) -> Result<(), NetlinkError> {
-        let netlink = self.connection.get()?;
+#[async_trait::async_trait]
+impl KernelSpec for LinkSpec {
+    async fn sync(netlink: &Netlink, ctx: &mut Context, specs: &[Resource<Self>]) -> Result<(), NetlinkError> {
         let mut links = netlink.links().await?;
         // Links whose specs went first (as Talos), then the wanted ones in dependency order.
         let (going, staying): (Vec<&Resource<LinkSpec>>, Vec<&Resource<LinkSpec>>) =
@@ -401,35 +399,6 @@ impl LinkSpecController {
             let going = tearing_down(spec);
             let outcome = apply(netlink, spec.spec(), going, &mut links).await;
             settle(ctx, spec, going, outcome);
-        }
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Controller for LinkSpecController {
-    fn name(&self) -> String {
-        "LinkSpecController".to_string()
-    }
-
-    fn inputs(&self) -> Vec<Input> {
-        vec![Input::strong::<LinkSpec>(NAMESPACE)]
-    }
-
-    fn outputs(&self) -> Vec<Output> {
-        Vec::new()
-    }
-
-    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
-        vec![Box::new(self.connection.target().events(Groups::LINKS))]
-    }
-
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let specs = ctx.list::<LinkSpec>(NAMESPACE)?;
-        hold_running(ctx, &specs)?;
-        if let Err(e) = self.sync(ctx, &specs).await {
-            self.connection.reset();
-            return Err(e.into());
         }
         Ok(())
     }

@@ -36,6 +36,7 @@ mod route_config;
 mod route_spec;
 mod route_status;
 mod spec_apply;
+mod status_observe;
 pub mod time_sync;
 mod timeserver_config;
 mod timeserver_spec;

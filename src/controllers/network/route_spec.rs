@@ -13,26 +13,24 @@
 
 use std::collections::HashMap;
 
-use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError, Resource};
+use crate::cosi::{Context, Resource};
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
-use crate::resources::network::{DEFAULT_ROUTE_METRIC, Family, NAMESPACE, RouteSpec, RouteType};
+use crate::resources::network::{DEFAULT_ROUTE_METRIC, Family, RouteSpec, RouteType};
 
+use super::NetworkTarget;
 use super::address_spec::kernel_prefix;
-use super::spec_apply::{hold_running, run_all, settle, tearing_down};
-use super::{Connection, NetworkTarget};
+use super::spec_apply::{KernelSpec, SpecApplyController, apply_each};
 
 /// `RTNH_F_ONLINK` in a spec's flags (`rtm_flags`, as Talos sends them): the gateway is on
 /// the link even if no address's prefix covers it.
 pub const RTNH_F_ONLINK: u32 = 0x4;
 
-pub struct RouteSpecController {
-    connection: Connection,
-}
+pub type RouteSpecController = SpecApplyController<RouteSpec>;
 
 impl RouteSpecController {
     /// Applies routes in the namespace `target` names.
     pub fn new(target: NetworkTarget) -> Self {
-        RouteSpecController { connection: Connection::new(target) }
+        SpecApplyController::with(target, "RouteSpecController", Groups::LINKS | Groups::ROUTES)
     }
 }
 
@@ -155,54 +153,14 @@ async fn run_step(netlink: &Netlink, step: Step) -> Result<(), NetlinkError> {
     Ok(())
 }
 
-impl RouteSpecController {
-    async fn sync(&mut self, ctx: &mut Context, specs: &[Resource<RouteSpec>]) -> Result<(), NetlinkError> {
-        let netlink = self.connection.get()?;
-        let links = netlink.link_indexes().await?;
+#[async_trait::async_trait]
+impl KernelSpec for RouteSpec {
+    async fn sync(netlink: &Netlink, ctx: &mut Context, specs: &[Resource<Self>]) -> Result<(), NetlinkError> {
         let kernel = index_routes(netlink.routes(None).await?);
         // Many requests in flight on the one socket rather than one round trip after another.
         // A route whose gateway another spec's route makes reachable may fail this once; it
         // is retried when that route's event wakes the next reconcile.
-        let steps = specs
-            .iter()
-            .map(|spec| {
-                let going = tearing_down(spec);
-                (spec, going, step(spec.spec(), going, &links, &kernel))
-            })
-            .collect();
-        for (spec, going, outcome) in run_all(steps, |step| run_step(netlink, step)).await {
-            settle(ctx, spec, going, outcome);
-        }
-        Ok(())
-    }
-}
-
-#[async_trait::async_trait]
-impl Controller for RouteSpecController {
-    fn name(&self) -> String {
-        "RouteSpecController".to_string()
-    }
-
-    fn inputs(&self) -> Vec<Input> {
-        vec![Input::strong::<RouteSpec>(NAMESPACE)]
-    }
-
-    fn outputs(&self) -> Vec<Output> {
-        Vec::new()
-    }
-
-    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
-        vec![Box::new(self.connection.target().events(Groups::LINKS | Groups::ROUTES))]
-    }
-
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let specs = ctx.list::<RouteSpec>(NAMESPACE)?;
-        hold_running(ctx, &specs)?;
-        if let Err(e) = self.sync(ctx, &specs).await {
-            self.connection.reset();
-            return Err(e.into());
-        }
-        Ok(())
+        apply_each(netlink, ctx, specs, |spec, going, links| step(spec, going, links, &kernel), run_step).await
     }
 }
 

@@ -6,24 +6,21 @@
 
 use std::collections::HashMap;
 
-use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
-use crate::kernel::netlink::{self, Groups, NetlinkError};
+use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
 use crate::resources::network::{
-    Family, IpPrefix, NAMESPACE, RouteFlags, RouteNextHop, RouteProtocol, RouteStatus, RouteType, RoutingTable, Scope,
-    route_id,
+    Family, IpPrefix, RouteFlags, RouteNextHop, RouteProtocol, RouteStatus, RouteType, RoutingTable, Scope, route_id,
 };
 
+use super::NetworkTarget;
 use super::route_spec::RTNH_F_ONLINK;
-use super::{Connection, NetworkTarget};
+use super::status_observe::{KernelStatus, StatusController};
 
-pub struct RouteStatusController {
-    connection: Connection,
-}
+pub type RouteStatusController = StatusController<RouteStatus>;
 
 impl RouteStatusController {
     /// Observes the namespace `target` names.
     pub fn new(target: NetworkTarget) -> Self {
-        RouteStatusController { connection: Connection::new(target) }
+        StatusController::with(target, "RouteStatusController", Groups::LINKS | Groups::ROUTES)
     }
 }
 
@@ -69,53 +66,22 @@ pub(crate) fn status_id(status: &RouteStatus) -> String {
     )
 }
 
-impl RouteStatusController {
-    async fn observe(&mut self) -> Result<Vec<RouteStatus>, NetlinkError> {
-        let netlink = self.connection.get()?;
+#[async_trait::async_trait]
+impl KernelStatus for RouteStatus {
+    async fn observe(netlink: &Netlink) -> Result<Vec<(String, Self)>, NetlinkError> {
         let names: HashMap<u32, String> = netlink.links().await?.into_iter().map(|l| (l.index, l.name)).collect();
         let routes = netlink.routes(None).await?;
-        Ok(routes.iter().map(|r| route_status(r, &names)).collect())
-    }
-}
-
-#[async_trait::async_trait]
-impl Controller for RouteStatusController {
-    fn name(&self) -> String {
-        "RouteStatusController".to_string()
-    }
-
-    fn inputs(&self) -> Vec<Input> {
-        Vec::new()
-    }
-
-    fn outputs(&self) -> Vec<Output> {
-        vec![Output::exclusive::<RouteStatus>()]
-    }
-
-    fn sources(&mut self) -> Vec<Box<dyn EventSource>> {
-        vec![Box::new(self.connection.target().events(Groups::LINKS | Groups::ROUTES))]
-    }
-
-    async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let observed = match self.observe().await {
-            Ok(observed) => observed,
-            Err(e) => {
-                self.connection.reset();
-                return Err(e.into());
-            }
-        };
-        ctx.start_tracking_outputs();
         // Two kernel routes with one id (they differ only in what the id leaves out, such as
         // the type): the first listed is reported, as Talos's last write per id would be one.
         let mut seen = std::collections::HashSet::new();
-        for status in observed {
-            let id = status_id(&status);
-            if seen.insert(id.clone()) {
-                ctx.apply(NAMESPACE, &id, status)?;
-            }
-        }
-        ctx.cleanup_outputs()?;
-        Ok(())
+        Ok(routes
+            .iter()
+            .map(|r| route_status(r, &names))
+            .filter_map(|status| {
+                let id = status_id(&status);
+                seen.insert(id.clone()).then_some((id, status))
+            })
+            .collect())
     }
 }
 

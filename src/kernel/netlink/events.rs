@@ -1,6 +1,7 @@
 //! The rtnetlink event source: a socket subscribed to the link, address and route multicast
 //! groups that wakes a Status or Spec controller when the kernel's tables change, whoever
-//! changed them.
+//! changed them (the controllers' side makes it a runtime event source; nothing here knows
+//! the runtime).
 //!
 //! Kernel events come in bursts (a link going down drops its routes, one address brings a
 //! prefix route and a local route): a wake-up covers every message that arrives until the
@@ -14,10 +15,8 @@ use std::time::Duration;
 
 use rtnetlink::sys::{Socket, protocols::NETLINK_ROUTE};
 use tokio::io::unix::AsyncFd;
-use tokio_util::sync::CancellationToken;
 
 use super::NetlinkError;
-use crate::cosi::{EventSource, SourceError, Waker};
 use crate::kernel::netns::NetNs;
 
 /// Which multicast groups to listen to.
@@ -51,7 +50,8 @@ impl Groups {
         Self::TABLE.into_iter().filter(move |(bit, _, _)| self.0 & bit != 0).map(|(_, group, _)| group)
     }
 
-    fn names(self) -> String {
+    /// The groups' names, for logs.
+    pub fn names(self) -> String {
         let names: Vec<&str> =
             Self::TABLE.into_iter().filter(|(bit, _, _)| self.0 & bit != 0).map(|(_, _, name)| name).collect();
         names.join(", ")
@@ -139,6 +139,11 @@ impl NetlinkEvents {
         events
     }
 
+    /// The groups it listens to.
+    pub fn groups(&self) -> Groups {
+        self.groups
+    }
+
     /// Sets the quiet time that ends a burst (10 ms unless set).
     pub fn settle(mut self, settle: Duration) -> NetlinkEvents {
         self.settle = settle;
@@ -219,29 +224,6 @@ impl Subscription {
                 }
                 Ok(Err(e)) => return Err(e),
                 Err(_would_block) => return Ok(()),
-            }
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl EventSource for NetlinkEvents {
-    fn name(&self) -> String {
-        format!("netlink {}", self.groups.names())
-    }
-
-    async fn run(&mut self, waker: &Waker, cancel: &CancellationToken) -> Result<(), SourceError> {
-        let mut subscription = self.subscribe()?;
-        loop {
-            tokio::select! {
-                () = cancel.cancelled() => return Ok(()),
-                batch = subscription.next_batch() => {
-                    if batch?.overflowed {
-                        waker.wake_full();
-                    } else {
-                        waker.wake();
-                    }
-                }
             }
         }
     }

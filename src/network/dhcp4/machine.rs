@@ -10,6 +10,8 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+use crate::network::dhcp_client;
+
 use super::packet::{FLAG_BROADCAST, Message, MessageType, code};
 
 /// Talos's lease time when the server names none.
@@ -113,46 +115,13 @@ impl Lease {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    Init,
-    Selecting { xid: u32, attempt: u32 },
-    Requesting { xid: u32, offer: Box<Message>, attempt: u32 },
-    Bound { lease: Box<Lease> },
-    Renewing { lease: Box<Lease>, xid: u32 },
-    Rebinding { lease: Box<Lease>, xid: u32 },
-    Stopped,
+impl dhcp_client::Lease for Lease {
+    type Message = Message;
+    const DISCOVERING: &'static str = "selecting";
 }
 
-impl State {
-    pub fn name(&self) -> &'static str {
-        match self {
-            State::Init => "init",
-            State::Selecting { .. } => "selecting",
-            State::Requesting { .. } => "requesting",
-            State::Bound { .. } => "bound",
-            State::Renewing { .. } => "renewing",
-            State::Rebinding { .. } => "rebinding",
-            State::Stopped => "stopped",
-        }
-    }
-
-    pub fn lease(&self) -> Option<&Lease> {
-        match self {
-            State::Bound { lease } | State::Renewing { lease, .. } | State::Rebinding { lease, .. } => Some(lease),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    Start,
-    Received(Box<Message>),
-    /// The timer last set ran out.
-    Timer,
-    Stop,
-}
+pub type State = dhcp_client::State<Lease>;
+pub type Event = dhcp_client::Event<Message>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Destination {
@@ -189,7 +158,7 @@ fn discover(config: &ClientConfig, xid: u32, attempt: u32) -> (State, Vec<Action
     let mut m = config.message(xid, MessageType::Discover);
     m.flags = FLAG_BROADCAST;
     (
-        State::Selecting { xid, attempt },
+        State::Discovering { xid, attempt },
         vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(retransmit(attempt))],
     )
 }
@@ -264,12 +233,12 @@ pub fn step(state: State, event: Event, now: Duration, config: &ClientConfig, ne
         }
         (State::Init, Event::Start | Event::Timer) => discover(config, next_xid, 0),
         (State::Init, Event::Received(_)) => (State::Init, vec![]),
-        (State::Selecting { xid, attempt }, Event::Timer) => discover(config, xid, attempt + 1),
-        (State::Selecting { xid, attempt }, Event::Received(m)) => {
+        (State::Discovering { xid, attempt }, Event::Timer) => discover(config, xid, attempt + 1),
+        (State::Discovering { xid, attempt }, Event::Received(m)) => {
             if answers(&m, xid, config, &[Offer]) && !m.yiaddr.is_unspecified() && m.server_id().is_some() {
                 request_offer(config, xid, m, 0)
             } else {
-                (State::Selecting { xid, attempt }, vec![])
+                (State::Discovering { xid, attempt }, vec![])
             }
         }
         (State::Requesting { xid, offer, attempt }, Event::Timer) => {
@@ -326,7 +295,7 @@ pub fn step(state: State, event: Event, now: Duration, config: &ClientConfig, ne
             }
         }
         (state @ (State::Renewing { .. } | State::Rebinding { .. }), _) => (state, vec![]),
-        (state @ (State::Selecting { .. } | State::Requesting { .. }), Event::Start) => (state, vec![]),
+        (state @ (State::Discovering { .. } | State::Requesting { .. }), Event::Start) => (state, vec![]),
     }
 }
 
@@ -440,7 +409,7 @@ mod tests {
             ),
             (
                 "no offer: discover again, waiting longer",
-                State::Selecting { xid: 7, attempt: 1 },
+                State::Discovering { xid: 7, attempt: 1 },
                 Event::Timer,
                 9 * S,
                 "selecting",
@@ -449,7 +418,7 @@ mod tests {
             ),
             (
                 "offer: request it",
-                State::Selecting { xid: 7, attempt: 0 },
+                State::Discovering { xid: 7, attempt: 0 },
                 Event::Received(offer.clone()),
                 S,
                 "requesting",
@@ -458,7 +427,7 @@ mod tests {
             ),
             (
                 "an offer for another transaction: ignored",
-                State::Selecting { xid: 8, attempt: 0 },
+                State::Discovering { xid: 8, attempt: 0 },
                 Event::Received(offer.clone()),
                 S,
                 "selecting",
@@ -467,7 +436,7 @@ mod tests {
             ),
             (
                 "an ack while selecting: ignored",
-                State::Selecting { xid: 7, attempt: 0 },
+                State::Discovering { xid: 7, attempt: 0 },
                 Event::Received(reply(Ack, 7)),
                 S,
                 "selecting",
@@ -602,7 +571,7 @@ mod tests {
             ),
             (
                 "stop without a lease: nothing to release",
-                State::Selecting { xid: 7, attempt: 0 },
+                State::Discovering { xid: 7, attempt: 0 },
                 Event::Stop,
                 S,
                 "stopped",
@@ -665,7 +634,7 @@ mod tests {
         assert_eq!(discover.client_id(), None);
 
         let (_, actions) =
-            step(State::Selecting { xid: 42, attempt: 0 }, Event::Received(reply(MessageType::Offer, 42)), S, &c, 1);
+            step(State::Discovering { xid: 42, attempt: 0 }, Event::Received(reply(MessageType::Offer, 42)), S, &c, 1);
         let Action::Send(request, _) = &actions[0] else { panic!("no request") };
         assert_eq!(request.options.get(code::REQUESTED_IP), Some(&[10, 9, 0, 50][..]));
         assert_eq!(request.options.get(code::SERVER_ID), Some(&SERVER.octets()[..]));

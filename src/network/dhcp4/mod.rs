@@ -20,33 +20,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kernel::netlink::{Netlink, NetlinkError};
 use crate::kernel::netns::NetNs;
+use crate::network::dhcp_client::{ClientStatus, DhcpError, Session};
 use crate::network::operator::{Notifier, Offer, Operator, OperatorSpecs, run_sessions};
 use crate::resources::network::{ClientIdentifier, ClientIdentifierSpec, Dhcp4OperatorSpec};
 
 use machine::{Action, ClientConfig, Destination, Event, State};
 use packet::{CLIENT_PORT, Message, SERVER_PORT};
 
-/// Receive errors in a row after which the socket is given up and opened anew.
-const MAX_RECEIVE_ERRORS: u32 = 16;
+const PROTOCOL: &str = "DHCPv4";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Dhcp4Error {
-    #[error("DHCPv4 on {link}: {source}")]
-    Netlink {
-        link: String,
-        #[source]
-        source: NetlinkError,
-    },
-    #[error("DHCPv4 on {link}: the link does not exist")]
-    NoLink { link: String },
-    #[error("DHCPv4 on {link}: {action} the socket on port 68: {source}")]
-    Socket {
-        link: String,
-        action: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-}
+pub type Dhcp4Error = DhcpError;
 
 /// Where a client stands, for logs and tests: its state, how many ACKs it has had (the
 /// first lease and every renewal), how often it fell back to rebinding, the address it
@@ -58,6 +41,16 @@ pub struct Dhcp4Status {
     pub rebinds: u64,
     pub address: Option<Ipv4Addr>,
     pub releases: u64,
+}
+
+impl ClientStatus for Dhcp4Status {
+    fn stopped(&mut self) {
+        self.state = "stopped";
+    }
+
+    fn lease_gone(&mut self) {
+        self.address = None;
+    }
 }
 
 pub struct Dhcp4Operator {
@@ -95,12 +88,13 @@ impl Dhcp4Operator {
     /// One run of the client, from discovery to stop; an error ends it (and it is run again).
     async fn session(&self, stop: &CancellationToken, notify: &Notifier) -> Result<(), Dhcp4Error> {
         let link = self.link_name.clone();
-        let netlink = self.netlink().map_err(|source| Dhcp4Error::Netlink { link: link.clone(), source })?;
+        let netlink_error = |source| DhcpError::Netlink { protocol: PROTOCOL, link: link.clone(), source };
+        let netlink = self.netlink().map_err(netlink_error)?;
         let kernel_link = netlink
             .link(&link)
             .await
-            .map_err(|source| Dhcp4Error::Netlink { link: link.clone(), source })?
-            .ok_or_else(|| Dhcp4Error::NoLink { link: link.clone() })?;
+            .map_err(netlink_error)?
+            .ok_or_else(|| DhcpError::NoLink { protocol: PROTOCOL, link: link.clone() })?;
         drop(netlink);
         let config = ClientConfig {
             client_id: client_identifier(&self.spec.client_identifier, &kernel_link.hardware_addr, &link),
@@ -108,28 +102,21 @@ impl Dhcp4Operator {
             request_hostname: !self.spec.skip_hostname_request,
             request_mtu: true,
         };
-        let socket = crate::kernel::udp::bound_to_link(
-            self.netns.as_ref(),
-            SocketAddr::from((Ipv4Addr::UNSPECIFIED, CLIENT_PORT)),
-            &link,
-            true,
-        )
-        .map_err(|source| Dhcp4Error::Socket { link: link.clone(), action: "opening", source })?;
+        let address = SocketAddr::from((Ipv4Addr::UNSPECIFIED, CLIENT_PORT));
+        let socket = crate::kernel::udp::bound_to_link(self.netns.as_ref(), address, &link, true);
+        let mut session = Session::new(PROTOCOL, &link, CLIENT_PORT, 2048, socket)?;
 
         let started = Instant::now();
         let mut state = State::Init;
         let mut event = Event::Start;
-        let mut deadline: Option<Instant> = None;
-        let mut receive_errors = 0u32;
-        let mut buf = vec![0u8; 2048];
         loop {
             let previous = state.name();
             let (next, actions) = machine::step(state, event, started.elapsed(), &config, random_u32());
             state = next;
             for action in actions {
                 match action {
-                    Action::Send(message, to) => self.send(&socket, &message, to).await,
-                    Action::Timer(wait) => deadline = Some(Instant::now() + wait),
+                    Action::Send(message, to) => self.send(&session.socket, &message, to).await,
+                    Action::Timer(wait) => session.set_timer(wait),
                     Action::Bound(lease) => {
                         tracing::info!(
                             link = %link,
@@ -152,15 +139,8 @@ impl Dhcp4Operator {
                             s.address = Some(lease.address);
                         });
                     }
-                    Action::Expired => {
-                        tracing::info!(link = %link, "DHCPv4 lease gone");
-                        self.offer.set(OperatorSpecs::default(), notify);
-                        self.status.send_modify(|s| s.address = None);
-                    }
-                    Action::Stopped => {
-                        self.status.send_modify(|s| s.state = "stopped");
-                        return Ok(());
-                    }
+                    Action::Expired => session.lease_gone(&self.offer, &self.status, notify),
+                    Action::Stopped => return session.stopped(&self.status),
                 }
             }
             if state.name() != previous {
@@ -171,44 +151,7 @@ impl Dhcp4Operator {
                 s.state = state.name();
                 s.rebinds += u64::from(rebinding);
             });
-            event = loop {
-                let timer = async {
-                    match deadline {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = stop.cancelled() => break Event::Stop,
-                    () = timer => {
-                        deadline = None;
-                        break Event::Timer;
-                    }
-                    received = socket.recv_from(&mut buf) => {
-                        let (n, from) = match received {
-                            Ok(got) => {
-                                receive_errors = 0;
-                                got
-                            }
-                            // A transient error (an ICMP error queued on the socket) must not
-                            // drop a lease; one that persists ends the session.
-                            Err(source) if receive_errors < MAX_RECEIVE_ERRORS => {
-                                receive_errors += 1;
-                                tracing::debug!(link = %link, "receiving DHCPv4: {source}");
-                                continue;
-                            }
-                            Err(source) => {
-                                return Err(Dhcp4Error::Socket { link: link.clone(), action: "receiving on", source });
-                            }
-                        };
-                        match Message::decode(&buf[..n]) {
-                            Ok(m) if m.op == packet::BOOTREPLY => break Event::Received(Box::new(m)),
-                            Ok(_) => {}
-                            Err(e) => tracing::debug!(link = %link, from = %from, "ignoring a DHCPv4 packet: {e}"),
-                        }
-                    }
-                }
-            };
+            event = session.next_event(stop, |datagram| Message::decode(datagram).map(replies)).await?;
         }
     }
 
@@ -262,6 +205,11 @@ pub(crate) fn decode_hex(text: &str) -> Option<Vec<u8>> {
         return None;
     }
     (0..text.len()).step_by(2).map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok()).collect()
+}
+
+/// Only replies are for a client; a request on the wire (another client's) is not.
+fn replies(m: Message) -> Option<Message> {
+    (m.op == packet::BOOTREPLY).then_some(m)
 }
 
 /// A transaction id nobody can predict from outside: the std hasher's per-process random

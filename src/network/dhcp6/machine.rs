@@ -10,6 +10,8 @@
 use std::net::Ipv6Addr;
 use std::time::Duration;
 
+use crate::network::dhcp_client;
+
 use super::packet::{IaAddress, IaNa, Message, code, kind, status};
 
 const RETRANSMIT: Duration = Duration::from_secs(1);
@@ -60,6 +62,11 @@ pub struct Lease {
     pub valid: Duration,
 }
 
+impl dhcp_client::Lease for Lease {
+    type Message = Message;
+    const DISCOVERING: &'static str = "soliciting";
+}
+
 impl Lease {
     /// The lease a REPLY grants for the client's IA at `now`; `None` if it grants none.
     pub fn from_reply(reply: Message, now: Duration, config: &ClientConfig) -> Option<Lease> {
@@ -92,45 +99,8 @@ impl Lease {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    Init,
-    Soliciting { xid: u32, attempt: u32 },
-    Requesting { xid: u32, advertise: Box<Message>, attempt: u32 },
-    Bound { lease: Box<Lease> },
-    Renewing { lease: Box<Lease>, xid: u32 },
-    Rebinding { lease: Box<Lease>, xid: u32 },
-    Stopped,
-}
-
-impl State {
-    pub fn name(&self) -> &'static str {
-        match self {
-            State::Init => "init",
-            State::Soliciting { .. } => "soliciting",
-            State::Requesting { .. } => "requesting",
-            State::Bound { .. } => "bound",
-            State::Renewing { .. } => "renewing",
-            State::Rebinding { .. } => "rebinding",
-            State::Stopped => "stopped",
-        }
-    }
-
-    pub fn lease(&self) -> Option<&Lease> {
-        match self {
-            State::Bound { lease } | State::Renewing { lease, .. } | State::Rebinding { lease, .. } => Some(lease),
-            _ => None,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Event {
-    Start,
-    Received(Box<Message>),
-    Timer,
-    Stop,
-}
+pub type State = dhcp_client::State<Lease>;
+pub type Event = dhcp_client::Event<Message>;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -154,7 +124,7 @@ fn halfway(now: Duration, deadline: Duration) -> Duration {
 fn solicit(config: &ClientConfig, xid: u32, attempt: u32) -> (State, Vec<Action>) {
     let mut m = config.message(kind::SOLICIT, xid);
     m.options.push(code::IA_NA, config.ia(vec![]));
-    (State::Soliciting { xid, attempt }, vec![Action::Send(Box::new(m)), Action::Timer(retransmit(attempt))])
+    (State::Discovering { xid, attempt }, vec![Action::Send(Box::new(m)), Action::Timer(retransmit(attempt))])
 }
 
 fn request(config: &ClientConfig, xid: u32, advertise: Box<Message>, attempt: u32) -> (State, Vec<Action>) {
@@ -164,7 +134,10 @@ fn request(config: &ClientConfig, xid: u32, advertise: Box<Message>, attempt: u3
     }
     let addresses = advertise.ia_na().map(|ia| ia.addresses).unwrap_or_default();
     m.options.push(code::IA_NA, config.ia(addresses));
-    (State::Requesting { xid, advertise, attempt }, vec![Action::Send(Box::new(m)), Action::Timer(retransmit(attempt))])
+    (
+        State::Requesting { xid, offer: advertise, attempt },
+        vec![Action::Send(Box::new(m)), Action::Timer(retransmit(attempt))],
+    )
 }
 
 /// RENEW (to the granting server) or REBIND (to any): the held address, lifetimes 0.
@@ -227,8 +200,8 @@ pub fn step(state: State, event: Event, now: Duration, config: &ClientConfig, ne
         }
         (State::Init, Event::Start | Event::Timer) => solicit(config, next_xid, 0),
         (State::Init, Event::Received(_)) => (State::Init, vec![]),
-        (State::Soliciting { xid, attempt }, Event::Timer) => solicit(config, xid, attempt + 1),
-        (State::Soliciting { xid, attempt }, Event::Received(m)) => {
+        (State::Discovering { xid, attempt }, Event::Timer) => solicit(config, xid, attempt + 1),
+        (State::Discovering { xid, attempt }, Event::Received(m)) => {
             if answers(&m, xid, config, kind::ADVERTISE)
                 && m.status() == status::SUCCESS
                 && m.ia_na().is_some_and(|ia| !ia.addresses.is_empty())
@@ -242,18 +215,18 @@ pub fn step(state: State, event: Event, now: Duration, config: &ClientConfig, ne
             {
                 return bound(lease, now);
             }
-            (State::Soliciting { xid, attempt }, vec![])
+            (State::Discovering { xid, attempt }, vec![])
         }
-        (State::Requesting { xid, advertise, attempt }, Event::Timer) => {
+        (State::Requesting { xid, offer: advertise, attempt }, Event::Timer) => {
             if attempt + 1 >= REQUEST_ATTEMPTS {
                 solicit(config, next_xid, 0)
             } else {
                 request(config, xid, advertise, attempt + 1)
             }
         }
-        (State::Requesting { xid, advertise, attempt }, Event::Received(m)) => {
+        (State::Requesting { xid, offer: advertise, attempt }, Event::Received(m)) => {
             if !answers(&m, xid, config, kind::REPLY) {
-                return (State::Requesting { xid, advertise, attempt }, vec![]);
+                return (State::Requesting { xid, offer: advertise, attempt }, vec![]);
             }
             match Lease::from_reply(*m, now, config) {
                 Some(lease) => bound(lease, now),
@@ -297,7 +270,7 @@ pub fn step(state: State, event: Event, now: Duration, config: &ClientConfig, ne
             }
         }
         (state @ (State::Renewing { .. } | State::Rebinding { .. }), _) => (state, vec![]),
-        (state @ (State::Soliciting { .. } | State::Requesting { .. }), Event::Start) => (state, vec![]),
+        (state @ (State::Discovering { .. } | State::Requesting { .. }), Event::Start) => (state, vec![]),
     }
 }
 
@@ -367,7 +340,7 @@ mod tests {
             ("start: solicit", State::Init, Event::Start, Duration::ZERO, "soliciting", vec![kind::SOLICIT], Some(S)),
             (
                 "no advertise: solicit again",
-                State::Soliciting { xid: 1, attempt: 2 },
+                State::Discovering { xid: 1, attempt: 2 },
                 Event::Timer,
                 3 * S,
                 "soliciting",
@@ -376,7 +349,7 @@ mod tests {
             ),
             (
                 "advertise: request",
-                State::Soliciting { xid: 1, attempt: 0 },
+                State::Discovering { xid: 1, attempt: 0 },
                 Event::Received(answer(kind::ADVERTISE, 1, 0, 0)),
                 S,
                 "requesting",
@@ -385,7 +358,7 @@ mod tests {
             ),
             (
                 "another transaction's advertise: ignored",
-                State::Soliciting { xid: 2, attempt: 0 },
+                State::Discovering { xid: 2, attempt: 0 },
                 Event::Received(answer(kind::ADVERTISE, 1, 0, 0)),
                 S,
                 "soliciting",
@@ -394,7 +367,7 @@ mod tests {
             ),
             (
                 "a rapid-commit reply to the solicit: bound",
-                State::Soliciting { xid: 1, attempt: 0 },
+                State::Discovering { xid: 1, attempt: 0 },
                 Event::Received({
                     let mut m = answer(kind::REPLY, 1, 10, 80);
                     m.options.push(code::RAPID_COMMIT, vec![]);
@@ -407,7 +380,7 @@ mod tests {
             ),
             (
                 "reply: bound until T1",
-                State::Requesting { xid: 1, advertise: answer(kind::ADVERTISE, 1, 0, 0), attempt: 0 },
+                State::Requesting { xid: 1, offer: answer(kind::ADVERTISE, 1, 0, 0), attempt: 0 },
                 Event::Received(answer(kind::REPLY, 1, 10, 80)),
                 S,
                 "bound",
@@ -416,7 +389,7 @@ mod tests {
             ),
             (
                 "no reply: request again",
-                State::Requesting { xid: 1, advertise: answer(kind::ADVERTISE, 1, 0, 0), attempt: 0 },
+                State::Requesting { xid: 1, offer: answer(kind::ADVERTISE, 1, 0, 0), attempt: 0 },
                 Event::Timer,
                 2 * S,
                 "requesting",
@@ -470,7 +443,7 @@ mod tests {
             ),
             (
                 "stop while soliciting",
-                State::Soliciting { xid: 1, attempt: 0 },
+                State::Discovering { xid: 1, attempt: 0 },
                 Event::Stop,
                 S,
                 "stopped",
@@ -495,8 +468,13 @@ mod tests {
         assert_eq!(solicit.client_id(), Some(&DUID[..]));
         assert_eq!(solicit.server_id(), None);
         assert_eq!(solicit.ia_na().unwrap().iaid, 7);
-        let (_, actions) =
-            step(State::Soliciting { xid: 1, attempt: 0 }, Event::Received(answer(kind::ADVERTISE, 1, 0, 0)), S, &c, 2);
+        let (_, actions) = step(
+            State::Discovering { xid: 1, attempt: 0 },
+            Event::Received(answer(kind::ADVERTISE, 1, 0, 0)),
+            S,
+            &c,
+            2,
+        );
         let Action::Send(request) = &actions[0] else { panic!("no request") };
         assert_eq!(request.server_id(), Some(&SERVER[..]));
         assert_eq!(request.ia_na().unwrap().addresses[0].address, "fd00:9::150".parse::<Ipv6Addr>().unwrap());

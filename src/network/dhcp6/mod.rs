@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError, NetlinkEvents, address_flags};
 use crate::kernel::netns::NetNs;
+use crate::network::dhcp_client::{ClientStatus, DhcpError, Session};
 use crate::network::dhcp4::{decode_hex, random_u32};
 use crate::network::operator::{Notifier, Offer, Operator, OperatorSpecs, run_sessions};
 use crate::resources::network::{
@@ -32,27 +33,9 @@ use packet::{ALL_SERVERS, CLIENT_PORT, Message, SERVER_PORT};
 /// How long to wait for the link-local address to pass DAD before trying anyway (Talos's).
 const LINK_LOCAL_WAIT: Duration = Duration::from_secs(30);
 
-/// Receive errors in a row after which the socket is given up and opened anew.
-const MAX_RECEIVE_ERRORS: u32 = 16;
+const PROTOCOL: &str = "DHCPv6";
 
-#[derive(Debug, thiserror::Error)]
-pub enum Dhcp6Error {
-    #[error("DHCPv6 on {link}: {source}")]
-    Netlink {
-        link: String,
-        #[source]
-        source: NetlinkError,
-    },
-    #[error("DHCPv6 on {link}: the link does not exist")]
-    NoLink { link: String },
-    #[error("DHCPv6 on {link}: {action} the socket on port 546: {source}")]
-    Socket {
-        link: String,
-        action: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-}
+pub type Dhcp6Error = DhcpError;
 
 /// Where a client stands, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -61,6 +44,16 @@ pub struct Dhcp6Status {
     pub replies: u64,
     pub address: Option<Ipv6Addr>,
     pub releases: u64,
+}
+
+impl ClientStatus for Dhcp6Status {
+    fn lease_gone(&mut self) {
+        self.address = None;
+    }
+
+    fn stopped(&mut self) {
+        self.state = "stopped";
+    }
 }
 
 pub struct Dhcp6Operator {
@@ -154,7 +147,7 @@ impl Dhcp6Operator {
     }
 
     fn netlink_error(&self) -> impl Fn(NetlinkError) -> Dhcp6Error + '_ {
-        |source| Dhcp6Error::Netlink { link: self.link_name.clone(), source }
+        |source| DhcpError::Netlink { protocol: PROTOCOL, link: self.link_name.clone(), source }
     }
 
     /// Waits, woken by address events, until the link has a link-local address that is no
@@ -199,7 +192,7 @@ impl Dhcp6Operator {
             .link(&link)
             .await
             .map_err(self.netlink_error())?
-            .ok_or_else(|| Dhcp6Error::NoLink { link: link.clone() })?;
+            .ok_or_else(|| DhcpError::NoLink { protocol: PROTOCOL, link: link.clone() })?;
         self.wait_link_local(&netlink, kernel_link.index, stop).await?;
         drop(netlink);
         let hw = &kernel_link.hardware_addr;
@@ -209,32 +202,25 @@ impl Dhcp6Operator {
             iaid,
             request_fqdn: !self.spec.skip_hostname_request,
         };
-        let socket = crate::kernel::udp::bound_to_link(
-            self.netns.as_ref(),
-            SocketAddr::from((Ipv6Addr::UNSPECIFIED, CLIENT_PORT)),
-            &link,
-            false,
-        )
-        .map_err(|source| Dhcp6Error::Socket { link: link.clone(), action: "opening", source })?;
+        let address = SocketAddr::from((Ipv6Addr::UNSPECIFIED, CLIENT_PORT));
+        let socket = crate::kernel::udp::bound_to_link(self.netns.as_ref(), address, &link, false);
+        let mut session = Session::new(PROTOCOL, &link, CLIENT_PORT, 4096, socket)?;
         let servers = SocketAddrV6::new(ALL_SERVERS, SERVER_PORT, 0, kernel_link.index);
 
         let started = Instant::now();
         let mut state = State::Init;
         let mut event = Event::Start;
-        let mut deadline: Option<Instant> = None;
-        let mut receive_errors = 0u32;
-        let mut buf = vec![0u8; 4096];
         loop {
             let (next, actions) = machine::step(state, event, started.elapsed(), &config, random_u32());
             state = next;
             for action in actions {
                 match action {
-                    Action::Send(message) => match socket.send_to(&message.encode(), servers).await {
+                    Action::Send(message) => match session.socket.send_to(&message.encode(), servers).await {
                         Ok(_) if message.kind == packet::kind::RELEASE => self.status.send_modify(|s| s.releases += 1),
                         Ok(_) => {}
                         Err(e) => tracing::warn!(link = %link, "sending DHCPv6 message {}: {e}", message.kind),
                     },
-                    Action::Timer(wait) => deadline = Some(Instant::now() + wait),
+                    Action::Timer(wait) => session.set_timer(wait),
                     Action::Bound(lease) => {
                         tracing::info!(link = %link, address = %lease.address, valid = ?lease.valid, renew_in = ?lease.t1, "DHCPv6 REPLY");
                         let use_hostname = !self.spec.skip_hostname_request;
@@ -244,55 +230,12 @@ impl Dhcp6Operator {
                             s.address = Some(lease.address);
                         });
                     }
-                    Action::Expired => {
-                        tracing::info!(link = %link, "DHCPv6 lease gone");
-                        self.offer.set(OperatorSpecs::default(), notify);
-                        self.status.send_modify(|s| s.address = None);
-                    }
-                    Action::Stopped => {
-                        self.status.send_modify(|s| s.state = "stopped");
-                        return Ok(());
-                    }
+                    Action::Expired => session.lease_gone(&self.offer, &self.status, notify),
+                    Action::Stopped => return session.stopped(&self.status),
                 }
             }
             self.status.send_modify(|s| s.state = state.name());
-            event = loop {
-                let timer = async {
-                    match deadline {
-                        Some(at) => tokio::time::sleep_until(at).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    () = stop.cancelled() => break Event::Stop,
-                    () = timer => {
-                        deadline = None;
-                        break Event::Timer;
-                    }
-                    received = socket.recv_from(&mut buf) => {
-                        let (n, from) = match received {
-                            Ok(got) => {
-                                receive_errors = 0;
-                                got
-                            }
-                            // A transient error (an ICMP error queued on the socket) must not
-                            // drop a lease; one that persists ends the session.
-                            Err(source) if receive_errors < MAX_RECEIVE_ERRORS => {
-                                receive_errors += 1;
-                                tracing::debug!(link = %link, "receiving DHCPv6: {source}");
-                                continue;
-                            }
-                            Err(source) => {
-                                return Err(Dhcp6Error::Socket { link: link.clone(), action: "receiving on", source });
-                            }
-                        };
-                        match Message::decode(&buf[..n]) {
-                            Ok(m) => break Event::Received(Box::new(m)),
-                            Err(e) => tracing::debug!(link = %link, from = %from, "ignoring a DHCPv6 packet: {e}"),
-                        }
-                    }
-                }
-            };
+            event = session.next_event(stop, |datagram| Message::decode(datagram).map(Some)).await?;
         }
     }
 }

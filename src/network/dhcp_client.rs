@@ -1,0 +1,221 @@
+//! What the DHCPv4 and DHCPv6 clients share: the shape of their state machines (a client
+//! looks for a server, requests what one offered, holds a lease, renews it, rebinds it,
+//! stops), the events that drive them, their errors, and the session's wait for the next
+//! event on the socket and the one timer. Each protocol keeps its own messages, leases and
+//! transitions; nothing here sends, decides a transition or knows a wire format.
+
+use std::fmt::{Debug, Display};
+
+use tokio::net::UdpSocket;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::kernel::netlink::NetlinkError;
+use crate::network::operator::{Notifier, Offer, OperatorSpecs};
+
+/// Receive errors in a row after which the socket is given up and opened anew.
+const MAX_RECEIVE_ERRORS: u32 = 16;
+
+/// A protocol's lease, and what it names the rest by.
+pub trait Lease: Debug + Clone + PartialEq + Eq {
+    /// The protocol's messages.
+    type Message: Debug + Clone + PartialEq + Eq;
+    /// The state's name while the client looks for a server (`selecting`, `soliciting`).
+    const DISCOVERING: &'static str;
+}
+
+/// Where one client stands; `L` is its protocol's lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State<L: Lease> {
+    Init,
+    /// DISCOVER or SOLICIT sent, waiting for an offer.
+    Discovering {
+        xid: u32,
+        attempt: u32,
+    },
+    /// REQUEST sent for `offer` (an OFFER or ADVERTISE).
+    Requesting {
+        xid: u32,
+        offer: Box<L::Message>,
+        attempt: u32,
+    },
+    Bound {
+        lease: Box<L>,
+    },
+    Renewing {
+        lease: Box<L>,
+        xid: u32,
+    },
+    Rebinding {
+        lease: Box<L>,
+        xid: u32,
+    },
+    Stopped,
+}
+
+impl<L: Lease> State<L> {
+    pub fn name(&self) -> &'static str {
+        match self {
+            State::Init => "init",
+            State::Discovering { .. } => L::DISCOVERING,
+            State::Requesting { .. } => "requesting",
+            State::Bound { .. } => "bound",
+            State::Renewing { .. } => "renewing",
+            State::Rebinding { .. } => "rebinding",
+            State::Stopped => "stopped",
+        }
+    }
+
+    pub fn lease(&self) -> Option<&L> {
+        match self {
+            State::Bound { lease } | State::Renewing { lease, .. } | State::Rebinding { lease, .. } => Some(lease),
+            _ => None,
+        }
+    }
+}
+
+/// What drives a client's state machine; `M` is its protocol's message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event<M> {
+    Start,
+    Received(Box<M>),
+    /// The timer last set ran out.
+    Timer,
+    Stop,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DhcpError {
+    #[error("{protocol} on {link}: {source}")]
+    Netlink {
+        protocol: &'static str,
+        link: String,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("{protocol} on {link}: the link does not exist")]
+    NoLink { protocol: &'static str, link: String },
+    #[error("{protocol} on {link}: {action} the socket on port {port}: {source}")]
+    Socket {
+        protocol: &'static str,
+        link: String,
+        port: u16,
+        action: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What a client's watched status does when its lease goes and when it stops.
+pub trait ClientStatus {
+    /// The lease is gone: no address is held.
+    fn lease_gone(&mut self);
+    /// The client stopped.
+    fn stopped(&mut self);
+}
+
+/// One session's socket and timer, waited on together.
+pub struct Session<'a> {
+    /// `DHCPv4` or `DHCPv6`, for errors and logs.
+    pub protocol: &'static str,
+    pub link: &'a str,
+    /// The client's port, for errors.
+    pub port: u16,
+    pub socket: UdpSocket,
+    deadline: Option<Instant>,
+    receive_errors: u32,
+    buf: Vec<u8>,
+}
+
+impl<'a> Session<'a> {
+    /// A session over `socket` as opening it went, receiving into a buffer of `buf_len` bytes.
+    pub fn new(
+        protocol: &'static str,
+        link: &'a str,
+        port: u16,
+        buf_len: usize,
+        socket: std::io::Result<UdpSocket>,
+    ) -> Result<Self, DhcpError> {
+        let socket = socket.map_err(|source| DhcpError::Socket {
+            protocol,
+            link: link.to_string(),
+            port,
+            action: "opening",
+            source,
+        })?;
+        Ok(Session { protocol, link, port, socket, deadline: None, receive_errors: 0, buf: vec![0u8; buf_len] })
+    }
+
+    /// The lease is gone: nothing it offered stands.
+    pub fn lease_gone<S: ClientStatus>(&self, offer: &Offer, status: &watch::Sender<S>, notify: &Notifier) {
+        tracing::info!(link = %self.link, "{} lease gone", self.protocol);
+        offer.set(OperatorSpecs::default(), notify);
+        status.send_modify(S::lease_gone);
+    }
+
+    /// The client is done: the session ends well.
+    pub fn stopped<S: ClientStatus>(&self, status: &watch::Sender<S>) -> Result<(), DhcpError> {
+        status.send_modify(S::stopped);
+        Ok(())
+    }
+
+    /// (Re)sets the one timer to run out `wait` from now.
+    pub fn set_timer(&mut self, wait: std::time::Duration) {
+        self.deadline = Some(Instant::now() + wait);
+    }
+
+    /// The error of `action` on the socket.
+    pub fn socket_error(&self, action: &'static str, source: std::io::Error) -> DhcpError {
+        DhcpError::Socket { protocol: self.protocol, link: self.link.to_string(), port: self.port, action, source }
+    }
+
+    /// Waits for the next event: a stop, the timer, or a datagram that `decode` makes a
+    /// message for this client (`Ok(None)`: one that is not, such as another client's
+    /// request). A datagram that does not decode is logged and skipped.
+    pub async fn next_event<M, E: Display>(
+        &mut self,
+        stop: &CancellationToken,
+        decode: impl Fn(&[u8]) -> Result<Option<M>, E>,
+    ) -> Result<Event<M>, DhcpError> {
+        loop {
+            let deadline = self.deadline;
+            let timer = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = stop.cancelled() => return Ok(Event::Stop),
+                () = timer => {
+                    self.deadline = None;
+                    return Ok(Event::Timer);
+                }
+                received = self.socket.recv_from(&mut self.buf) => {
+                    let (n, from) = match received {
+                        Ok(got) => {
+                            self.receive_errors = 0;
+                            got
+                        }
+                        // A transient error (an ICMP error queued on the socket) must not
+                        // drop a lease; one that persists ends the session.
+                        Err(source) if self.receive_errors < MAX_RECEIVE_ERRORS => {
+                            self.receive_errors += 1;
+                            tracing::debug!(link = %self.link, "receiving {}: {source}", self.protocol);
+                            continue;
+                        }
+                        Err(source) => return Err(self.socket_error("receiving on", source)),
+                    };
+                    match decode(&self.buf[..n]) {
+                        Ok(Some(m)) => return Ok(Event::Received(Box::new(m))),
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::debug!(link = %self.link, from = %from, "ignoring a {} packet: {e}", self.protocol);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
