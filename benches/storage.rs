@@ -23,6 +23,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use talosbox::block::gpt::{Guid, Table};
+use talosbox::block::tpm_key::NodeTpm;
+use talosbox::client::kms::GrpcKms;
 use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, SystemDiskController, VolumeConfigController,
     VolumeManagerController,
@@ -140,7 +142,7 @@ fn ours(rt: &tokio::runtime::Runtime, dir: &Path) -> Duration {
             Box::new(DiscoveryController::new()),
             Box::new(SystemDiskController),
             Box::new(VolumeConfigController),
-            Box::new(VolumeManagerController::new(reaper)),
+            Box::new(VolumeManagerController::new(reaper, std::sync::Arc::new(GrpcKms), std::sync::Arc::new(NodeTpm))),
         ];
         let h = Harness::start(controllers)
             .unwrap_or_else(|e| die(&format!("starting the controllers: {e}")))

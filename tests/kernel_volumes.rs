@@ -13,9 +13,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use talosbox::block::gpt::{Guid, Table};
+use talosbox::block::tpm_key::NodeTpm;
+use talosbox::client::kms::GrpcKms;
 use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, MountController, MountRequestController,
     MountStatusController, SystemDiskController, VolumeConfigController, VolumeManagerController,
@@ -236,7 +239,7 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
         Box::new(DiscoveryController::new()),
         Box::new(SystemDiskController),
         Box::new(VolumeConfigController),
-        Box::new(VolumeManagerController::new(reaper)),
+        Box::new(VolumeManagerController::new(reaper, Arc::new(GrpcKms), Arc::new(NodeTpm))),
         Box::new(MountRequestController),
         Box::new(MountController::under(root.clone())),
         Box::new(MountStatusController),
@@ -565,7 +568,7 @@ async fn an_existing_state_is_found_without_a_configuration_and_never_called_mis
         Box::new(DiscoveryController::new()),
         Box::new(SystemDiskController),
         Box::new(VolumeConfigController),
-        Box::new(VolumeManagerController::new(reaper)),
+        Box::new(VolumeManagerController::new(reaper, Arc::new(GrpcKms), Arc::new(NodeTpm))),
         Box::new(MountRequestController),
         Box::new(MountController::under(scratch.root())),
     ];

@@ -60,6 +60,9 @@ pub struct Environment {
     pub meta: Arc<crate::block::meta::MetaStore>,
     /// Passphrases `talosctl unlock` hands to the volume manager.
     pub unlocks: Arc<block::unlock::Unlocks>,
+    /// The KMS and the TPM the volume manager seals `kms` and `tpm` keys with.
+    pub kms: Arc<dyn crate::block::encryption::Kms>,
+    pub tpm: Arc<dyn crate::block::encryption::Tpm>,
 }
 
 /// Every controller, with where it may run.
@@ -124,7 +127,7 @@ pub fn all(env: &Environment) -> Vec<(Scope, Box<dyn Controller>)> {
     all.push((
         Scope::NodeOnly,
         Box::new(
-            block::VolumeManagerController::new(env.supervisor.reaper())
+            block::VolumeManagerController::new(env.supervisor.reaper(), Arc::clone(&env.kms), Arc::clone(&env.tpm))
                 .with_unlocks(Arc::clone(&env.unlocks))
                 .with_meta(Arc::clone(&env.meta)),
         ),
@@ -180,6 +183,20 @@ mod tests {
             api_listen: "127.0.0.1:50000".into(),
             meta: crate::block::meta::MetaStore::new(),
             unlocks: Default::default(),
+            kms: Arc::new(NoKms),
+            tpm: Arc::new(crate::block::tpm_key::NodeTpm),
+        }
+    }
+
+    /// No KMS: these tests only list the controllers.
+    struct NoKms;
+
+    impl crate::block::encryption::Kms for NoKms {
+        fn seal(&self, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+            Err("no KMS here".into())
+        }
+        fn unseal(&self, _: &str, _: &str, _: &[u8]) -> Result<Vec<u8>, String> {
+            Err("no KMS here".into())
         }
     }
 

@@ -322,6 +322,8 @@ fn environment(
         api_listen: mode.api_listen(),
         meta,
         unlocks,
+        kms: Arc::new(crate::client::kms::GrpcKms),
+        tpm: Arc::new(crate::block::tpm_key::NodeTpm),
     }
 }
 

@@ -22,6 +22,16 @@ pub struct DmCryptOptions {
     pub no_write_workqueue: bool,
 }
 
+/// The one `crypt` target of an opened volume, as device-mapper loads it: where it starts and
+/// how long it is (512-byte sectors), and its parameters (`cipher key iv_offset device offset
+/// [#opt_params opt_params]`), which hold the key in hex and so are a secret.
+#[derive(Debug)]
+pub struct CryptTarget {
+    pub start: u64,
+    pub length: u64,
+    pub params: Zeroizing<String>,
+}
+
 /// The table line for the data segment of `hdr` on `device` (a path or `major:minor`) of
 /// `device_sectors` 512-byte sectors, with `key` (whose length is checked against the header).
 pub fn dm_crypt_table(
@@ -31,6 +41,18 @@ pub fn dm_crypt_table(
     device_sectors: u64,
     opts: &DmCryptOptions,
 ) -> Result<Zeroizing<String>> {
+    let target = dm_crypt_target(hdr, key, device, device_sectors, opts)?;
+    Ok(Zeroizing::new(format!("{} {} {}", target.start, target.length, target.params.as_str())))
+}
+
+/// The `crypt` target of [`dm_crypt_table`], as a value to hand to device-mapper.
+pub fn dm_crypt_target(
+    hdr: &Header,
+    key: &VolumeKey,
+    device: &str,
+    device_sectors: u64,
+    opts: &DmCryptOptions,
+) -> Result<CryptTarget> {
     let seg = hdr.data_segment()?;
     if key.len() != hdr.key_size()? {
         return Err(Luks2Error::WrongVolumeKey);
@@ -66,17 +88,17 @@ pub fn dm_crypt_table(
         features.push(format!("sector_size:{}", seg.sector_size));
     }
 
-    let mut line = Zeroizing::new(String::with_capacity(256));
-    line.push_str(&format!("0 {length} {} ", seg.encryption));
+    let mut params = Zeroizing::new(String::with_capacity(256));
+    params.push_str(&format!("{} ", seg.encryption));
     for b in key.as_bytes() {
-        line.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
-        line.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
+        params.push(char::from_digit(u32::from(b >> 4), 16).unwrap_or('0'));
+        params.push(char::from_digit(u32::from(b & 0xf), 16).unwrap_or('0'));
     }
-    line.push_str(&format!(" {} {device} {offset}", seg.iv_tweak));
+    params.push_str(&format!(" {} {device} {offset}", seg.iv_tweak));
     if !features.is_empty() {
-        line.push_str(&format!(" {} {}", features.len(), features.join(" ")));
+        params.push_str(&format!(" {} {}", features.len(), features.join(" ")));
     }
-    Ok(line)
+    Ok(CryptTarget { start: 0, length, params })
 }
 
 #[cfg(test)]
@@ -138,6 +160,11 @@ mod tests {
         let (hdr, key) = header(4096, SegmentSize::Bytes(1 << 20));
         let line = dm_crypt_table(&hdr, &key, "7:0", 1 << 30, &DmCryptOptions::default()).unwrap();
         assert_eq!(*line, format!("0 2048 aes-xts-plain64 {HEX} 0 7:0 32768 1 sector_size:4096"));
+
+        // The target handed to device-mapper is the line's fields, never the line parsed back.
+        let target = dm_crypt_target(&hdr, &key, "7:0", 1 << 30, &DmCryptOptions::default()).unwrap();
+        assert_eq!((target.start, target.length), (0, 2048));
+        assert_eq!(*target.params, format!("aes-xts-plain64 {HEX} 0 7:0 32768 1 sector_size:4096"));
     }
 
     #[test]

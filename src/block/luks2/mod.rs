@@ -2,8 +2,8 @@
 //! node needs neither libcryptsetup (there is no static one) nor the cryptsetup program: the
 //! two binary headers and their JSON metadata ([`Header`]), keyslots (Argon2 or PBKDF2, the
 //! anti-forensic splitter, aes-xts-plain64 areas), the PBKDF2 digest of the volume key, tokens
-//! (Talos keeps its sealed KMS and TPM keys in them, [`token`]), and the dm-crypt table line a
-//! caller hands to device-mapper ([`dm_crypt_table`]).
+//! (Talos keeps its sealed KMS and TPM keys in them, [`token`]), and the dm-crypt target a
+//! caller hands to device-mapper ([`dm_crypt_target`]).
 //!
 //! What Talos formats is what this writes: aes-xts-plain64, a 512-bit key, argon2id, a 16 KiB
 //! header and the data at 16 MiB, as cryptsetup 2.x does by default. Anything else a header
@@ -24,7 +24,7 @@ use std::io::{self, Read, Seek, SeekFrom, Write};
 
 use zeroize::{Zeroize, Zeroizing};
 
-pub use dm::{DmCryptOptions, dm_crypt_table, mapping_name};
+pub use dm::{CryptTarget, DmCryptOptions, dm_crypt_table, dm_crypt_target, mapping_name};
 pub(crate) use header::b64;
 pub use header::{Af, Area, Config, Digest, Header, Keyslot, KeyslotKdf, Metadata, Requirements, Segment, SegmentSize};
 pub use kdf::{Hash, Kdf, TALOS_ITER_TIME};

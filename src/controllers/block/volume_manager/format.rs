@@ -1,0 +1,188 @@
+//! Formatting volumes (Talos's `internal/volumes/format.go`): the prepared device (the
+//! partition, or its opened dm-crypt mapping) gets the filesystem its config asks for, made by
+//! the mkfs programs the rootfs carries, or a swap header written here. What is done is
+//! [`plan`]'s: a filesystem is made only where the probe found nothing (or an old swap area,
+//! or the wanted filesystem left unfinished by its mkfs); anything else is kept or refused,
+//! never formatted over.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::super::volumes::{self, FormatDecision};
+use super::{Found, StepError, VolumeManagerController, probe_name};
+use crate::block::format as mkfs;
+use crate::cosi::Context;
+use crate::resources::block::{FilesystemType, VolumeConfig, VolumePhase, VolumeStatus};
+use crate::services::Reaper;
+
+/// What is done with a prepared volume's device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Plan {
+    /// Ready as it is; with the filesystem it holds when the node does not format it.
+    Ready(Option<FilesystemType>),
+    /// Write a swap header.
+    Swap,
+    /// Run mkfs; `over_unfinished`: over the wanted filesystem its mkfs left unfinished.
+    Mkfs { over_unfinished: bool },
+}
+
+/// What to do with a device holding `found` when the config wants `wanted` (`mounted`: the
+/// volume is mounted somewhere, so one the node does not format must hold a filesystem).
+fn plan(wanted: FilesystemType, found: &Found, mounted: bool, device: &str) -> Result<Plan, StepError> {
+    if wanted == FilesystemType::None {
+        // Raw and existing volumes: never formatted; an existing one is mounted with what it
+        // holds.
+        let filesystem = volumes::found_filesystem(&found.name, mounted, device).map_err(StepError::failed)?;
+        return Ok(Plan::Ready(Some(filesystem)));
+    }
+    match volumes::format_decision(wanted, &found.name, found.unfinished) {
+        FormatDecision::Keep => Ok(Plan::Ready(None)),
+        FormatDecision::Refuse(why) => Err(StepError::failed(why)),
+        FormatDecision::Make if wanted == FilesystemType::Swap => Ok(Plan::Swap),
+        FormatDecision::Make => Ok(Plan::Mkfs { over_unfinished: false }),
+        FormatDecision::Remake => Ok(Plan::Mkfs { over_unfinished: true }),
+    }
+}
+
+impl VolumeManagerController {
+    pub(super) async fn format(
+        &mut self,
+        ctx: &Context,
+        id: &str,
+        config: &VolumeConfig,
+        status: &VolumeStatus,
+    ) -> Result<VolumeStatus, StepError> {
+        let device = PathBuf::from(&status.mount_location);
+        let wanted = config.provisioning.filesystem_spec.kind;
+        if !device.exists() {
+            return Err(StepError::again(format!("waiting for {} to appear", device.display())));
+        }
+        let probe_at = device.clone();
+        let found = ctx
+            .blocking("probing a volume", move || probe_name(&probe_at))
+            .await?
+            .map_err(|e| StepError::failed(format!("probing {}: {e}", device.display())))?;
+        let mounted = !config.mount.target_path.is_empty();
+        // The label Talos gives: the system volumes' own, none for the documents' volumes.
+        let label = config.provisioning.filesystem_spec.label.clone();
+        match plan(wanted, &found, mounted, &status.mount_location)? {
+            Plan::Ready(None) => Ok(volumes::advance(status, VolumePhase::Ready)),
+            Plan::Ready(Some(filesystem)) => {
+                Ok(VolumeStatus { filesystem, ..volumes::advance(status, VolumePhase::Ready) })
+            }
+            Plan::Swap => {
+                let (at, size, name) = (device.clone(), status.size, label.clone());
+                ctx.blocking("writing a swap header", move || write_swap(&at, size, &name))
+                    .await?
+                    .map_err(|e| StepError::failed(format!("making swap on {}: {e}", device.display())))?;
+                crate::kernel::console::line(&format!("volume {id}: made a swap area on {}", status.mount_location));
+                self.refresh += 1;
+                Ok(volumes::advance(status, VolumePhase::Ready))
+            }
+            Plan::Mkfs { over_unfinished } => {
+                // The size of what is formatted: an opened LUKS2 volume is its partition less
+                // the header (16 MiB), which can cross mkfs.xfs's 300 MB floor.
+                let size = device_size(&device).unwrap_or(status.size);
+                let mut cmd = mkfs::mkfs(&self.root, wanted, &status.mount_location, &label, size)
+                    .map_err(|e| StepError::failed(e.to_string()))?;
+                if over_unfinished {
+                    crate::kernel::console::line(&format!(
+                        "volume {id}: the {} on {} was left unfinished by its mkfs; it is made again",
+                        wanted.fstype(),
+                        status.mount_location
+                    ));
+                    cmd = cmd.over_unfinished(wanted);
+                }
+                crate::kernel::console::line(&format!(
+                    "volume {id}: formatting {} as {}",
+                    status.mount_location,
+                    wanted.fstype()
+                ));
+                run(self.reaper.clone(), &cmd).await.map_err(StepError::failed)?;
+                self.refresh += 1;
+                Ok(volumes::advance(status, VolumePhase::Ready))
+            }
+        }
+    }
+}
+
+/// Runs a formatter to its end; its stderr, if it fails, is the error.
+async fn run(reaper: Arc<Reaper>, cmd: &mkfs::MkfsCommand) -> Result<(), String> {
+    reaper.run_to_end(&cmd.program, &cmd.args, &cmd.env).await
+}
+
+/// The size of a block device (or file) in bytes.
+fn device_size(device: &Path) -> Option<u64> {
+    use std::io::{Seek, SeekFrom};
+    std::fs::File::open(device).and_then(|mut f| f.seek(SeekFrom::End(0))).ok()
+}
+
+/// Writes a swap header over the start of `device` (of `size` bytes) with a fresh random UUID.
+fn write_swap(device: &Path, size: u64, label: &str) -> Result<(), String> {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let mut uuid = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut uuid))
+        .map_err(|e| format!("reading /dev/urandom: {e}"))?;
+    // An RFC 4122 version 4 UUID, as mkswap and Talos make.
+    uuid[6] = (uuid[6] & 0x0f) | 0x40;
+    uuid[8] = (uuid[8] & 0x3f) | 0x80;
+    let page = crate::block::swap::header(rustix::param::page_size(), size, uuid, label).map_err(|e| e.to_string())?;
+    let file = std::fs::OpenOptions::new().write(true).open(device).map_err(|e| e.to_string())?;
+    file.write_all_at(&page, 0).and_then(|()| file.sync_all()).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use FilesystemType as F;
+
+    fn found(name: &str, unfinished: bool) -> Found {
+        Found { name: name.into(), unfinished }
+    }
+
+    #[test]
+    fn a_prepared_volume_is_kept_made_or_refused() {
+        let cases = [
+            ("an existing xfs is mounted as xfs", F::None, found("xfs", false), true, Ok(Plan::Ready(Some(F::Xfs)))),
+            ("a raw volume holds nothing", F::None, found("", false), false, Ok(Plan::Ready(Some(F::None)))),
+            (
+                "an existing volume to mount holds nothing",
+                F::None,
+                found("", false),
+                true,
+                Err(StepError::failed("filesystem not found on /dev/vdb1")),
+            ),
+            (
+                "EPHEMERAL made on a blank volume",
+                F::Xfs,
+                found("", false),
+                true,
+                Ok(Plan::Mkfs { over_unfinished: false }),
+            ),
+            ("EPHEMERAL found again", F::Xfs, found("xfs", false), true, Ok(Plan::Ready(None))),
+            (
+                "an unfinished mkfs is run again",
+                F::Xfs,
+                found("xfs", true),
+                true,
+                Ok(Plan::Mkfs { over_unfinished: true }),
+            ),
+            ("swap on a blank volume", F::Swap, found("", false), false, Ok(Plan::Swap)),
+            ("an old swap area is made again", F::Swap, found("swap", false), false, Ok(Plan::Swap)),
+            (
+                "another filesystem is never formatted over",
+                F::Xfs,
+                found("ext4", false),
+                true,
+                Err(StepError::failed(
+                    "the volume holds ext4, not xfs; it is left as it is (wipe it to have it formatted)",
+                )),
+            ),
+        ];
+        for (name, wanted, f, mounted, want) in cases {
+            assert_eq!(plan(wanted, &f, mounted, "/dev/vdb1"), want, "{name}");
+        }
+    }
+}
