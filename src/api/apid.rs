@@ -118,7 +118,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
         .map_err(|source| ApidError::State { path: paths.runtime.clone(), source })?;
     let (config_tx, mut config_rx) = watch::channel::<Option<ApiServiceConfig>>(None);
     let (certs_tx, mut certs_rx) = watch::channel::<Option<ApiCertificates>>(None);
-    let log = |m: &str| crate::applets::log_line("apid", m);
+    let log = |m: &str| crate::kernel::console::log_line("apid", m);
     tokio::spawn(crate::client::state::follow(
         channel.clone(),
         rt::NAMESPACE,
@@ -191,7 +191,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                             role_mode,
                         ));
                         let stop = cancel.child_token();
-                        crate::applets::log_line(
+                        crate::kernel::console::log_line(
                             "apid",
                             &format!(
                                 "serving on {address} ({}{})",
@@ -205,7 +205,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                 }
                 _ => {
                     if let Some((_, _, stop)) = serving.take() {
-                        crate::applets::log_line("apid", "configuration gone; not serving");
+                        crate::kernel::console::log_line("apid", "configuration gone; not serving");
                         stop.cancel();
                     }
                 }
@@ -266,7 +266,7 @@ async fn accept(
             a = listener.accept() => match a {
                 Ok(a) => a,
                 Err(e) => {
-                    crate::applets::log_line("apid", &format!("accepting: {e}"));
+                    crate::kernel::console::log_line("apid", &format!("accepting: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
@@ -280,7 +280,7 @@ async fn accept(
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    crate::applets::log_line("apid", &format!("TLS handshake with {peer} refused: {e}"));
+                    crate::kernel::console::log_line("apid", &format!("TLS handshake with {peer} refused: {e}"));
                     return;
                 }
                 Err(_) => return,

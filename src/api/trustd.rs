@@ -89,7 +89,7 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
         crate::client::conn::unix(&runtime).map_err(|source| TrustdError::State { path: runtime.clone(), source })?;
     let (root_tx, mut root_rx) = watch::channel::<Option<OsRoot>>(None);
     let (certs_tx, mut certs_rx) = watch::channel::<Option<TrustdCertificates>>(None);
-    let log = |m: &str| crate::applets::log_line("trustd", m);
+    let log = |m: &str| crate::kernel::console::log_line("trustd", m);
     tokio::spawn(crate::client::state::follow(
         channel.clone(),
         sec::NAMESPACE,
@@ -118,7 +118,7 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
                 let listener = tokio::net::TcpListener::bind(listen)
                     .await
                     .map_err(|source| TrustdError::Listen { address: listen, source })?;
-                crate::applets::log_line("trustd", &format!("serving on {listen}"));
+                crate::kernel::console::log_line("trustd", &format!("serving on {listen}"));
                 tokio::spawn(accept(listener, server.config(), signer.clone(), cancel.clone()));
                 tls = Some(server);
             }
@@ -155,7 +155,7 @@ async fn accept(
                 Ok(a) => a,
                 Err(e) => {
                     // Out of descriptors and the like: say so, and do not spin.
-                    crate::applets::log_line("trustd", &format!("accepting: {e}"));
+                    crate::kernel::console::log_line("trustd", &format!("accepting: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
@@ -167,7 +167,7 @@ async fn accept(
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    return crate::applets::log_line("trustd", &format!("TLS handshake with {peer} refused: {e}"));
+                    return crate::kernel::console::log_line("trustd", &format!("TLS handshake with {peer} refused: {e}"));
                 }
                 Err(_) => return,
             };
