@@ -69,7 +69,7 @@ fn call(endpoint: &str, node_uuid: &str, data: &[u8], seal: bool) -> Result<Vec<
             let channel = if ep.tls {
                 // Before machined renders the bundle (early in a boot), the image's own roots.
                 let bundle = std::fs::read_to_string(CA_BUNDLE)
-                    .or_else(|_| std::fs::read_to_string(crate::controllers::files::IMAGE_TRUSTED_ROOTS))
+                    .or_else(|_| std::fs::read_to_string(crate::boot::IMAGE_TRUSTED_ROOTS))
                     .map_err(|e| format!("{CA_BUNDLE}: {e}"))?;
                 let tls = crate::pki::tls::client_config(&[bundle], None).map_err(|e| e.to_string())?;
                 crate::proto::conn::dial(&format!("{}:{}", bracket(&ep.host), ep.port), ep.port, tls)
