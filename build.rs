@@ -1,6 +1,6 @@
 //! Records the git commit the binary was built from (`TALOSBOX_GIT_COMMIT` overrides it, for
 //! builds from a source tarball such as Nix's). Run by the package's build script,
-//! `src/api/build.rs`, as one of its steps.
+//! `src/proto/build.rs`, as one of its steps.
 
 use std::process::Command;
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use talosbox::api::proto::machine::machine_service_client::MachineServiceClient;
 use talosbox::pki::{Role, RoleSet, SecretsBundle};
+use talosbox::proto::machine::machine_service_client::MachineServiceClient;
 use tonic::metadata::MetadataValue;
 
 const CP: &str = "127.0.6.1";

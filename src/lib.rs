@@ -19,6 +19,7 @@ pub mod operator;
 pub mod panic;
 pub mod pki;
 pub mod platform;
+pub mod proto;
 pub mod provision;
 pub mod resources;
 pub mod services;

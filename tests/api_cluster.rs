@@ -412,10 +412,10 @@ mod security {
 
     use std::time::{Duration, SystemTime};
 
-    use talosbox::api::proto::machine::machine_service_client::MachineServiceClient;
-    use talosbox::api::proto::machine::{HostnameResponse, RebootRequest};
-    use talosbox::api::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
     use talosbox::pki::{self, CertAndKey, CertificateAuthority, ExtKeyUsage, Role, RoleSet, SecretsBundle, Validity};
+    use talosbox::proto::machine::machine_service_client::MachineServiceClient;
+    use talosbox::proto::machine::{HostnameResponse, RebootRequest};
+    use talosbox::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
     use tonic::Code;
     use tonic::metadata::MetadataValue;
 
@@ -506,8 +506,8 @@ mod security {
 
     /// machined's log lines from every node in `nodes`, as (hostname, bytes) per message.
     async fn logs_from(endpoint: &str, ca_pem: &str, identity: &CertAndKey, nodes: &str) -> Vec<(String, Vec<u8>)> {
-        use talosbox::api::proto::common::Data;
-        use talosbox::api::proto::machine::LogsRequest;
+        use talosbox::proto::common::Data;
+        use talosbox::proto::machine::LogsRequest;
         let tls = pki::tls::client_config(&[ca_pem], Some(identity)).unwrap();
         let channel = talosbox::client::conn::dial(endpoint, 50000, tls).await.unwrap();
         let mut grpc = tonic::client::Grpc::new(channel);
@@ -618,7 +618,7 @@ mod security {
             )
             .await;
             assert_eq!(code(proxied_smuggle), Code::PermissionDenied, "smuggling through the proxy");
-            let secret = talosbox::api::proto::cosi::resource::GetRequest {
+            let secret = talosbox::proto::cosi::resource::GetRequest {
                 namespace: "secrets".into(),
                 r#type: "OSRootSecrets.secrets.talos.dev".into(),
                 id: "os".into(),
@@ -649,7 +649,7 @@ mod security {
             // nodes (older talosctl's one-to-many form): one reply, each message tagged by node,
             // an unreachable node a message of its own with the error.
             let many = format!("{CP},{W1},127.0.5.9");
-            let reply: talosbox::api::proto::machine::VersionResponse =
+            let reply: talosbox::proto::machine::VersionResponse =
                 call(CP, &ca_pem, &admin, "/machine.MachineService/Version", (), &[("nodes", many.as_str())])
                     .await
                     .unwrap();
@@ -678,14 +678,14 @@ mod security {
                 &ca_pem,
                 &admin,
                 "/cosi.resource.State/Get",
-                talosbox::api::proto::cosi::resource::GetRequest::default(),
+                talosbox::proto::cosi::resource::GetRequest::default(),
                 &[("nodes", W1)],
             )
             .await;
             assert_eq!(code(state), Code::InvalidArgument, "nodes is for MachineService only");
 
             // A request over the limit is refused, not buffered.
-            let huge = talosbox::api::proto::machine::ApplyConfigurationRequest {
+            let huge = talosbox::proto::machine::ApplyConfigurationRequest {
                 data: vec![b'#'; 33 << 20],
                 dry_run: true,
                 ..Default::default()

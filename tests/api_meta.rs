@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use talosbox::api::node::{Node, NodeMode};
-use talosbox::api::proto::machine::machine_service_client::MachineServiceClient;
-use talosbox::api::proto::machine::{MetaDeleteRequest, MetaWriteRequest};
 use talosbox::api::sockets::{self, SocketPaths, Uids};
 use talosbox::block::meta::{self, Meta, MetaStore, tag};
 use talosbox::controllers::runtime::MetaLoadController;
 use talosbox::cosi::{Harness, State};
+use talosbox::proto::machine::machine_service_client::MachineServiceClient;
+use talosbox::proto::machine::{MetaDeleteRequest, MetaWriteRequest};
 use talosbox::resources::block::{self as blk, VolumePhase, VolumeStatus};
 use talosbox::resources::runtime::{MetaKey, NAMESPACE};
 use tokio_util::sync::CancellationToken;

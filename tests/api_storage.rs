@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use talosbox::api::node::{BlockDeviceWipe, Node, NodeMode};
-use talosbox::api::proto::storage::block_device_wipe_descriptor::Method;
-use talosbox::api::proto::storage::storage_service_client::StorageServiceClient;
-use talosbox::api::proto::storage::{BlockDeviceWipeDescriptor, BlockDeviceWipeRequest, disk::DiskType};
 use talosbox::api::sockets::{self, SocketPaths, Uids};
 use talosbox::block::wipe;
 use talosbox::cosi::{Harness, State};
+use talosbox::proto::storage::block_device_wipe_descriptor::Method;
+use talosbox::proto::storage::storage_service_client::StorageServiceClient;
+use talosbox::proto::storage::{BlockDeviceWipeDescriptor, BlockDeviceWipeRequest, disk::DiskType};
 use talosbox::resources::block::{self as blk, BlockDevice, Disk, SystemDisk, VolumeStatus};
 use tokio_util::sync::CancellationToken;
 use tonic::Code;

@@ -38,7 +38,7 @@ pub struct ApidPaths {
 #[derive(Debug, thiserror::Error)]
 pub enum ApidError {
     #[error("state socket {}: {source}", path.display())]
-    State { path: PathBuf, source: crate::client::conn::DialError },
+    State { path: PathBuf, source: crate::proto::conn::DialError },
     #[error("listening on {address}: {source}")]
     Listen { address: String, source: std::io::Error },
     #[error("TLS: {0}")]
@@ -74,7 +74,7 @@ impl LocalNames {
     }
 
     fn is_local(&self, target: &str) -> bool {
-        let (host, _) = crate::client::conn::split_endpoint(target, super::proxy::APID_PORT)
+        let (host, _) = crate::proto::conn::split_endpoint(target, super::proxy::APID_PORT)
             .unwrap_or_else(|_| (target.to_string(), 0));
         self.names.read().unwrap_or_else(|p| p.into_inner()).contains(&host)
     }
@@ -96,10 +96,10 @@ impl Dialer {
 #[async_trait::async_trait]
 impl RemoteDialer for Dialer {
     async fn dial(&self, target: &str) -> Result<hyper::client::conn::http2::SendRequest<ProxyBody>, BoxError> {
-        let (host, port) = crate::client::conn::split_endpoint(target, super::proxy::APID_PORT)?;
+        let (host, port) = crate::proto::conn::split_endpoint(target, super::proxy::APID_PORT)?;
         let name = rustls::pki_types::ServerName::try_from(host.clone())?;
         let tcp = tokio::time::timeout(
-            crate::client::conn::CONNECT_TIMEOUT,
+            crate::proto::conn::CONNECT_TIMEOUT,
             tokio::net::TcpStream::connect((host.as_str(), port)),
         )
         .await
@@ -114,12 +114,12 @@ impl RemoteDialer for Dialer {
 
 /// Runs apid until `cancel`.
 pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), ApidError> {
-    let channel = crate::client::conn::unix(&paths.runtime)
+    let channel = crate::proto::conn::unix(&paths.runtime)
         .map_err(|source| ApidError::State { path: paths.runtime.clone(), source })?;
     let (config_tx, mut config_rx) = watch::channel::<Option<ApiServiceConfig>>(None);
     let (certs_tx, mut certs_rx) = watch::channel::<Option<ApiCertificates>>(None);
-    let log = |m: &str| crate::applets::log_line("apid", m);
-    tokio::spawn(crate::client::state::follow(
+    let log = |m: &str| crate::kernel::console::log_line("apid", m);
+    tokio::spawn(super::follow::follow(
         channel.clone(),
         rt::NAMESPACE,
         ApiServiceConfig::ID,
@@ -127,14 +127,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
         cancel.clone(),
         log,
     ));
-    tokio::spawn(crate::client::state::follow(
-        channel,
-        sec::NAMESPACE,
-        ApiCertificates::ID,
-        certs_tx,
-        cancel.clone(),
-        log,
-    ));
+    tokio::spawn(super::follow::follow(channel, sec::NAMESPACE, ApiCertificates::ID, certs_tx, cancel.clone(), log));
 
     let local = Arc::new(LocalNames::default());
     let dialer = Arc::new(Dialer::default());
@@ -191,7 +184,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                             role_mode,
                         ));
                         let stop = cancel.child_token();
-                        crate::applets::log_line(
+                        crate::kernel::console::log_line(
                             "apid",
                             &format!(
                                 "serving on {address} ({}{})",
@@ -205,7 +198,7 @@ pub async fn run(paths: ApidPaths, cancel: CancellationToken) -> Result<(), Apid
                 }
                 _ => {
                     if let Some((_, _, stop)) = serving.take() {
-                        crate::applets::log_line("apid", "configuration gone; not serving");
+                        crate::kernel::console::log_line("apid", "configuration gone; not serving");
                         stop.cancel();
                     }
                 }
@@ -266,7 +259,7 @@ async fn accept(
             a = listener.accept() => match a {
                 Ok(a) => a,
                 Err(e) => {
-                    crate::applets::log_line("apid", &format!("accepting: {e}"));
+                    crate::kernel::console::log_line("apid", &format!("accepting: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
@@ -280,7 +273,7 @@ async fn accept(
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    crate::applets::log_line("apid", &format!("TLS handshake with {peer} refused: {e}"));
+                    crate::kernel::console::log_line("apid", &format!("TLS handshake with {peer} refused: {e}"));
                     return;
                 }
                 Err(_) => return,

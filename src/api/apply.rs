@@ -15,7 +15,7 @@ use tonic::Status;
 
 use super::machine_service::MachineApi;
 use super::node::{NodeMode, StoreMode};
-use super::proto::machine::{self as m, apply_configuration_request::Mode};
+use crate::proto::machine::{self as m, apply_configuration_request::Mode};
 
 /// How long a TRY configuration stays unless confirmed (Talos's `ConfigTryTimeout`).
 pub const DEFAULT_TRY_TIMEOUT: Duration = Duration::from_secs(60);

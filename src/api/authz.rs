@@ -228,7 +228,7 @@ mod tests {
     /// trustd's Certificate is the exception: trustd authenticates it by token, not by role.
     #[test]
     fn every_served_method_has_its_own_rule() {
-        let methods = crate::api::proto::rpc_methods().unwrap();
+        let methods = crate::proto::rpc_methods().unwrap();
         assert!(methods.len() > 20, "{} methods", methods.len());
         for m in methods.iter().filter(|m| !m.path.starts_with("/securityapi.")) {
             assert!(RULES.iter().any(|(r, _)| *r == m.path), "{} has no rule", m.path);

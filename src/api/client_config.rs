@@ -8,8 +8,8 @@ use base64::Engine;
 use tonic::Status;
 
 use super::machine_service::MachineApi;
-use super::proto::machine as m;
 use crate::pki::{CertificateAuthority, RoleSet, Validity};
+use crate::proto::machine as m;
 use crate::resources::config::MachineConfig;
 use crate::resources::secrets::{self as sec, OsRoot};
 
@@ -44,13 +44,13 @@ pub fn generate(
         _ => cluster,
     };
     let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t.as_bytes());
-    let context = crate::client::config::Context {
+    let context = crate::proto::talosconfig::Context {
         ca: b64(&root.issuing_ca.crt_pem),
         crt: b64(&cert.crt_pem),
         key: b64(&cert.key_pem),
         ..Default::default()
     };
-    let talosconfig = crate::client::config::Config::single(&context_name, context).to_yaml();
+    let talosconfig = crate::proto::talosconfig::Config::single(&context_name, context).to_yaml();
     Ok(m::GenerateClientConfigurationResponse {
         messages: vec![m::GenerateClientConfiguration {
             metadata: None,

@@ -15,8 +15,8 @@
 use prost::Message;
 use prost::encoding::{decode_varint, encode_varint};
 
-use super::proto::common::Metadata;
-use super::proto::google::rpc::Status;
+use crate::proto::common::Metadata;
+use crate::proto::google::rpc::Status;
 
 /// The encoded field `metadata = 1` carrying `hostname` (and, for a failure, the error).
 #[allow(deprecated)]
@@ -117,8 +117,8 @@ pub fn frame(payload: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::proto::common::Data;
-    use crate::api::proto::machine::{Version, VersionInfo, VersionResponse};
+    use crate::proto::common::Data;
+    use crate::proto::machine::{Version, VersionInfo, VersionResponse};
 
     fn reply(tag: &str) -> VersionResponse {
         VersionResponse {

@@ -6,9 +6,9 @@
 use prost::Message;
 
 use super::grpc_body::FrameScanner;
-use super::proto::cosi::resource as wire;
-use super::proto::machine as m;
 use super::router::{keys, route};
+use crate::proto::cosi::resource as wire;
+use crate::proto::machine as m;
 
 /// Runs `data` through every decoder; the first byte picks a metadata shape for the router.
 pub fn fuzz_request(data: &[u8]) {

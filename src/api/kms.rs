@@ -16,9 +16,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::{Request, Response, Status};
 use zeroize::Zeroizing;
 
-use super::proto::sidero::kms::kms_service_server::{KmsService, KmsServiceServer};
-use super::proto::sidero::kms::{Request as KmsRequest, Response as KmsResponse};
 use crate::block::encryption::KMS_PASSPHRASE_LEN;
+use crate::proto::sidero::kms::kms_service_server::{KmsService, KmsServiceServer};
+use crate::proto::sidero::kms::{Request as KmsRequest, Response as KmsResponse};
 
 /// The tag AES-GCM appends.
 const TAG_LEN: usize = 16;

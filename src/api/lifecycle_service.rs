@@ -19,9 +19,9 @@ use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::node::Node;
-use super::proto::machine::{self as m, lifecycle_service_server::LifecycleService};
-use super::proto::talosbox::lifecycle::{self as l, artifact_service_server::ArtifactService};
 use crate::boot::artifacts::{self, Artifacts};
+use crate::proto::machine::{self as m, lifecycle_service_server::LifecycleService};
+use crate::proto::talosbox::lifecycle::{self as l, artifact_service_server::ArtifactService};
 
 /// The most files an upload holds (an imager output directory has a dozen).
 const MAX_FILES: usize = 16;

@@ -19,10 +19,10 @@ use tonic::{Request, Response, Status};
 
 use super::events::{EventLog, Tail};
 use super::node::{Node, PowerAction, ServiceAction};
-use super::proto::common;
-use super::proto::machine::{self as m, machine_service_server::MachineService};
 use super::timestamp;
 use crate::cosi::State;
+use crate::proto::common;
+use crate::proto::machine::{self as m, machine_service_server::MachineService};
 
 pub struct MachineApi {
     pub(crate) node: Arc<dyn Node>,

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use tonic::Status;
 
 use super::machine_service::MachineApi;
-use super::proto::machine as m;
 use crate::block::meta::{MetaError, MetaStore};
+use crate::proto::machine as m;
 use crate::resources::block::{NAMESPACE, VolumePhase, VolumeStatus};
 
 /// The id of the META volume's status.

@@ -1,9 +1,9 @@
-//! The API: Talos's wire protocol (compiled from our own `.proto` files), apid's routing and
-//! transparent proxy, authorization, and the servers behind apid.
+//! The API: apid's routing and transparent proxy, authorization, and the servers behind apid,
+//! speaking the wire types of `crate::proto`.
 //!
-//! This layer sits above `controllers/` and must never import them: it reads and watches the
-//! resource state only. `proto` is generated data with no dependency on the rest of the crate;
-//! the client library uses its messages too.
+//! This layer sits above `controllers/` and must never import them, nor the client library: it
+//! reads and watches the resource state only, and shares the wire types and constants with the
+//! client through `proto`.
 
 pub mod apid;
 pub mod apply;
@@ -11,6 +11,7 @@ pub mod authz;
 pub mod client_config;
 pub mod events;
 pub mod fanout;
+pub mod follow;
 pub mod fuzz;
 pub mod grpc_body;
 pub mod kms;
@@ -18,7 +19,6 @@ pub mod lifecycle_service;
 pub mod machine_service;
 pub mod meta;
 pub mod node;
-pub mod proto;
 pub mod proxy;
 pub mod router;
 pub mod server;

@@ -31,10 +31,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// The body apid sends either way: relayed frames or an error's empty body.
 pub type ProxyBody = UnsyncBoxBody<Bytes, BoxError>;
 
-/// Talos's gRPC message size limit (32 MiB), for requests relayed through apid.
-pub const MAX_MESSAGE_SIZE: u64 = 32 << 20;
-/// apid's port, where a `node` without a port is dialled.
-pub const APID_PORT: u16 = 50000;
+pub use crate::proto::{APID_PORT, MAX_MESSAGE_SIZE};
 
 /// Who is calling, as apid's TLS termination established it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -296,7 +293,7 @@ const FAN_OUT_SERVICES: &[&str] = &["/machine.MachineService/", "/storage.Storag
 fn fan_out_streaming(path: &str) -> Option<bool> {
     static METHODS: std::sync::OnceLock<HashMap<String, bool>> = std::sync::OnceLock::new();
     let methods = METHODS.get_or_init(|| {
-        super::proto::rpc_methods()
+        crate::proto::rpc_methods()
             .unwrap_or_default()
             .into_iter()
             .filter(|m| FAN_OUT_SERVICES.iter().any(|s| m.path.starts_with(s)))

@@ -11,13 +11,8 @@
 
 use http::HeaderMap;
 
-/// The metadata keys apid reads and writes (Talos's names).
-pub mod keys {
-    pub const NODE: &str = "node";
-    pub const NODES: &str = "nodes";
-    pub const PROXY_FROM: &str = "proxyfrom";
-    pub const ROLE: &str = "talos-role";
-}
+/// The metadata keys apid reads and writes (Talos's names), shared with the client.
+pub use crate::proto::keys;
 
 /// Where a call goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::machine_service::MachineApi;
 use super::node::Node;
-use super::proto::cosi::resource::state_server::StateServer;
-use super::proto::machine::machine_service_server::MachineServiceServer;
 use super::server::{Guard, GuardLayer, bind};
 use super::state_service::{Scope, StateService};
 use crate::cosi::{Registry, State};
+use crate::proto::cosi::resource::state_server::StateServer;
+use crate::proto::machine::machine_service_server::MachineServiceServer;
 
 /// What apid may read from its state socket (Talos's `apidResourceFilter`, for the types that
 /// exist here).
@@ -119,12 +119,12 @@ pub async fn serve(
     let machine_server = tonic::transport::Server::builder()
         .layer(GuardLayer(Arc::new(machine_guard)))
         .add_service(MachineServiceServer::new(api).max_decoding_message_size(MAX_MESSAGE_SIZE))
-        .add_service(super::proto::time::time_service_server::TimeServiceServer::new(time))
-        .add_service(super::proto::storage::storage_service_server::StorageServiceServer::new(storage))
-        .add_service(super::proto::talosbox::volume::volume_service_server::VolumeServiceServer::new(volumes))
-        .add_service(super::proto::machine::lifecycle_service_server::LifecycleServiceServer::new(lifecycle))
+        .add_service(crate::proto::time::time_service_server::TimeServiceServer::new(time))
+        .add_service(crate::proto::storage::storage_service_server::StorageServiceServer::new(storage))
+        .add_service(crate::proto::talosbox::volume::volume_service_server::VolumeServiceServer::new(volumes))
+        .add_service(crate::proto::machine::lifecycle_service_server::LifecycleServiceServer::new(lifecycle))
         .add_service(
-            super::proto::talosbox::lifecycle::artifact_service_server::ArtifactServiceServer::new(artifacts)
+            crate::proto::talosbox::lifecycle::artifact_service_server::ArtifactServiceServer::new(artifacts)
                 .max_decoding_message_size(MAX_MESSAGE_SIZE),
         )
         .add_service(

@@ -13,12 +13,12 @@ use futures::Stream;
 use tokio::sync::mpsc;
 use tonic::{Code, Request, Response, Status};
 
-use super::proto::cosi::resource as wire;
 use super::timestamp;
 use crate::cosi::{
     Access, AnyResource, Event, IdQuery, LabelOp, LabelQuery, LabelTerm, ListOptions, Registry, State, StateError,
     StateView, WatchError, WatchOptions, WatchStart,
 };
+use crate::proto::cosi::resource as wire;
 
 /// Who may read what through one State endpoint.
 #[derive(Debug, Clone)]

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::node::{BlockDeviceWipe, Node};
-use super::proto::storage::{self as s, storage_service_server::StorageService};
 use crate::block::wipe::Method;
 use crate::cosi::State;
+use crate::proto::storage::{self as s, storage_service_server::StorageService};
 use crate::resources::block::{BlockDevice, Disk, NAMESPACE, SystemDisk, VolumeStatus};
 
 pub struct StorageApi {

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 use super::node::Node;
-use super::proto::time::{self as t, time_service_server::TimeService};
 use super::timestamp;
 use crate::cosi::State;
+use crate::proto::time::{self as t, time_service_server::TimeService};
 use crate::resources::network::{self as net, TimeServerStatus};
 
 pub struct TimeApi {

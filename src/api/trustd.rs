@@ -19,9 +19,9 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 
-use super::proto::securityapi::{CertificateRequest, CertificateResponse, security_service_server as srv};
 use crate::pki::tls::{ClientAuth, ServerTls};
 use crate::pki::{CertificateAuthority, issue::NODE_CERT_VALIDITY};
+use crate::proto::securityapi::{CertificateRequest, CertificateResponse, security_service_server as srv};
 use crate::resources::secrets::{self as sec, OsRoot, TrustdCertificates};
 
 #[derive(Debug, thiserror::Error)]
@@ -29,7 +29,7 @@ pub enum TrustdError {
     #[error("machined's state socket is gone")]
     StateGone,
     #[error("state socket {}: {source}", path.display())]
-    State { path: PathBuf, source: crate::client::conn::DialError },
+    State { path: PathBuf, source: crate::proto::conn::DialError },
     #[error("listening on {address}: {source}")]
     Listen { address: SocketAddr, source: std::io::Error },
     #[error("TLS: {0}")]
@@ -86,26 +86,12 @@ impl srv::SecurityService for Arc<Signer> {
 /// Runs trustd on `listen` until `cancel`, reading from the state socket at `runtime`.
 pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken) -> Result<(), TrustdError> {
     let channel =
-        crate::client::conn::unix(&runtime).map_err(|source| TrustdError::State { path: runtime.clone(), source })?;
+        crate::proto::conn::unix(&runtime).map_err(|source| TrustdError::State { path: runtime.clone(), source })?;
     let (root_tx, mut root_rx) = watch::channel::<Option<OsRoot>>(None);
     let (certs_tx, mut certs_rx) = watch::channel::<Option<TrustdCertificates>>(None);
-    let log = |m: &str| crate::applets::log_line("trustd", m);
-    tokio::spawn(crate::client::state::follow(
-        channel.clone(),
-        sec::NAMESPACE,
-        OsRoot::ID,
-        root_tx,
-        cancel.clone(),
-        log,
-    ));
-    tokio::spawn(crate::client::state::follow(
-        channel,
-        sec::NAMESPACE,
-        TrustdCertificates::ID,
-        certs_tx,
-        cancel.clone(),
-        log,
-    ));
+    let log = |m: &str| crate::kernel::console::log_line("trustd", m);
+    tokio::spawn(super::follow::follow(channel.clone(), sec::NAMESPACE, OsRoot::ID, root_tx, cancel.clone(), log));
+    tokio::spawn(super::follow::follow(channel, sec::NAMESPACE, TrustdCertificates::ID, certs_tx, cancel.clone(), log));
 
     let signer = Arc::new(Signer::new(None));
     let mut tls: Option<ServerTls> = None;
@@ -118,7 +104,7 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
                 let listener = tokio::net::TcpListener::bind(listen)
                     .await
                     .map_err(|source| TrustdError::Listen { address: listen, source })?;
-                crate::applets::log_line("trustd", &format!("serving on {listen}"));
+                crate::kernel::console::log_line("trustd", &format!("serving on {listen}"));
                 tokio::spawn(accept(listener, server.config(), signer.clone(), cancel.clone()));
                 tls = Some(server);
             }
@@ -155,7 +141,7 @@ async fn accept(
                 Ok(a) => a,
                 Err(e) => {
                     // Out of descriptors and the like: say so, and do not spin.
-                    crate::applets::log_line("trustd", &format!("accepting: {e}"));
+                    crate::kernel::console::log_line("trustd", &format!("accepting: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
@@ -167,7 +153,10 @@ async fn accept(
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
                 Ok(Err(e)) => {
-                    return crate::applets::log_line("trustd", &format!("TLS handshake with {peer} refused: {e}"));
+                    return crate::kernel::console::log_line(
+                        "trustd",
+                        &format!("TLS handshake with {peer} refused: {e}"),
+                    );
                 }
                 Err(_) => return,
             };

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use zeroize::Zeroizing;
 
 use super::node::Node;
-use super::proto::talosbox::volume::{self as v, volume_service_server::VolumeService};
+use crate::proto::talosbox::volume::{self as v, volume_service_server::VolumeService};
 
 /// The wait after the first failure; doubled after each further one, up to [`MAX_WAIT`].
 const FIRST_WAIT: Duration = Duration::from_secs(1);

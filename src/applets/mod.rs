@@ -215,10 +215,3 @@ fn create_links(dir: &Path) -> Result<Vec<PathBuf>, LinkError> {
     }
     Ok(made)
 }
-
-/// One line of a node service's log (its stderr, which machined captures). A write that
-/// fails (machined gone) is dropped: a service must not die of its log.
-pub fn log_line(service: &str, message: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "{service}: {message}");
-}

@@ -84,7 +84,7 @@ impl Artifacts {
     /// The artifacts in `dir` as they are (already checked, or made here from a UKI).
     fn unchecked(dir: &Path) -> Result<Artifacts, ArtifactsError> {
         let initramfs =
-            crate::imager::find_initramfs(dir).ok_or_else(|| ArtifactsError::Missing("initramfs".into()))?;
+            super::initramfs::find_initramfs(dir).ok_or_else(|| ArtifactsError::Missing("initramfs".into()))?;
         let read = |name: &str| -> Result<String, ArtifactsError> {
             let path = dir.join(name);
             std::fs::read_to_string(&path).map(|s| s.trim().to_string()).map_err(io_err("reading", &path))
@@ -126,7 +126,7 @@ pub fn check_name(name: &str) -> Result<(), ArtifactsError> {
 
 /// The names a slot needs from a listing: vmlinuz, the initramfs, cmdline, version.
 pub fn wanted(sums: &BTreeMap<String, String>) -> Result<Vec<String>, ArtifactsError> {
-    let initramfs = crate::imager::profile::INITRAMFS_NAMES
+    let initramfs = super::initramfs::INITRAMFS_NAMES
         .iter()
         .find(|n| sums.contains_key(**n))
         .ok_or_else(|| ArtifactsError::Missing("initramfs in SHA256SUMS".into()))?;
@@ -168,7 +168,7 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Writes a UKI's kernel, initramfs, command line and version into `dir`.
 pub fn from_uki(pe: &[u8], dir: &Path) -> Result<Artifacts, ArtifactsError> {
-    let sections = crate::imager::uki::sections(pe).map_err(|e| ArtifactsError::Uki(e.to_string()))?;
+    let sections = super::uki::sections(pe).map_err(|e| ArtifactsError::Uki(e.to_string()))?;
     let find = |name: &str| {
         sections
             .iter()
@@ -185,7 +185,7 @@ pub fn from_uki(pe: &[u8], dir: &Path) -> Result<Artifacts, ArtifactsError> {
                 .find_map(|l| l.strip_prefix("VERSION_ID=").map(|v| v.trim_matches('"').to_string()))
         })
         .unwrap_or_else(|| "unknown".into());
-    let initramfs_name = crate::imager::initramfs_name_of(initrd)
+    let initramfs_name = super::initramfs::initramfs_name_of(initrd)
         .ok_or_else(|| ArtifactsError::Uki("the .initrd section is not an initramfs this knows".into()))?;
     std::fs::create_dir_all(dir).map_err(io_err("making", dir))?;
     let cmdline = String::from_utf8_lossy(cmdline).trim_end_matches('\0').trim().to_string();

@@ -1,7 +1,8 @@
 //! The boot disk: Talos's layout of the disk a node boots from (EFI, BIOS, BOOT, META; STATE
 //! and EPHEMERAL follow from the volume manager), GRUB's configuration and environment block,
-//! the A/B slots on BOOT, the artifacts a slot is written from, and writing the whole layout
-//! onto a disk (an install). The imager lays its disk image out with the same plan; a node
+//! the A/B slots on BOOT, the artifacts a slot is written from (and the formats they come in:
+//! a UKI's PE sections, the initramfs names), and writing the whole layout onto a disk (an
+//! install). The imager lays its disk image out with the same plan; a node
 //! installs itself and upgrades with the rest.
 //!
 //! Nothing here decides when to install or upgrade (machined does), and nothing here writes
@@ -10,8 +11,10 @@
 pub mod artifacts;
 pub mod grub;
 pub mod grubenv;
+pub mod initramfs;
 pub mod install;
 pub mod slots;
+pub mod uki;
 
 use crate::block::gpt::{self, Guid, PartitionSpec};
 
@@ -22,6 +25,11 @@ pub const META_LABEL: &str = "META";
 pub const EFI_SYSTEM_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
 pub const BIOS_BOOT_TYPE: &str = "21686148-6449-6E6F-744E-656564454649";
 pub const LINUX_DATA_TYPE: &str = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+/// Where the rootfs carries the image's own trusted roots (the build host's bundle), which
+/// the node's rendered bundle starts with and a KMS client falls back to.
+pub const IMAGE_TRUSTED_ROOTS: &str = "/usr/share/talosbox/ca-certificates.crt";
+/// Where the rootfs carries a profile's network documents, read by machined at boot.
+pub const IMAGE_NETWORK_CONFIG_PATH: &str = "/usr/share/talosbox/platform-network.yaml";
 /// Where the rootfs carries GRUB's images, for a node that installs itself.
 pub const GRUB_IMAGES_DIR: &str = "/usr/lib/talosbox/grub";
 /// The GRUB images' file names there: the EFI application, the BIOS core image (not yet

@@ -120,7 +120,7 @@ impl Boot {
         if !dir.join("vmlinuz").is_file() {
             return None;
         }
-        let initramfs = crate::imager::find_initramfs(&dir)?.file_name()?.to_string_lossy().into_owned();
+        let initramfs = super::initramfs::find_initramfs(&dir)?.file_name()?.to_string_lossy().into_owned();
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).map(|s| s.trim().to_string()).ok();
         Some(SlotInfo {
             slot,

@@ -14,14 +14,14 @@ use std::sync::Arc;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
 
-use super::config::{ClientConfigError, Config, Credentials, Lookup};
-use super::conn::{self, DialError};
-use crate::api::proto::cosi::resource::state_client::StateClient;
-use crate::api::proto::machine::machine_service_client::MachineServiceClient;
-use crate::api::router::keys;
+use crate::proto::conn::{self, DialError};
+use crate::proto::cosi::resource::state_client::StateClient;
+use crate::proto::machine::machine_service_client::MachineServiceClient;
+use crate::proto::talosconfig::{ClientConfigError, Config, Credentials, Lookup};
+use crate::proto::{MAX_MESSAGE_SIZE, keys};
 
 /// apid's port, the default for endpoints that name none.
-pub const APID_PORT: u16 = 50000;
+pub use crate::proto::APID_PORT;
 
 /// How to open a session: what the command line overrides.
 #[derive(Debug, Clone, Default)]
@@ -135,24 +135,24 @@ impl Session {
 
     pub fn machine(&self) -> MachineServiceClient<Channel> {
         MachineServiceClient::new(self.channel.clone())
-            .max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
-            .max_encoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
+            .max_decoding_message_size(MAX_MESSAGE_SIZE as usize)
+            .max_encoding_message_size(MAX_MESSAGE_SIZE as usize)
     }
 
-    pub fn time(&self) -> crate::api::proto::time::time_service_client::TimeServiceClient<Channel> {
-        crate::api::proto::time::time_service_client::TimeServiceClient::new(self.channel.clone())
+    pub fn time(&self) -> crate::proto::time::time_service_client::TimeServiceClient<Channel> {
+        crate::proto::time::time_service_client::TimeServiceClient::new(self.channel.clone())
     }
 
-    pub fn storage(&self) -> crate::api::proto::storage::storage_service_client::StorageServiceClient<Channel> {
-        crate::api::proto::storage::storage_service_client::StorageServiceClient::new(self.channel.clone())
+    pub fn storage(&self) -> crate::proto::storage::storage_service_client::StorageServiceClient<Channel> {
+        crate::proto::storage::storage_service_client::StorageServiceClient::new(self.channel.clone())
     }
 
-    pub fn volumes(&self) -> crate::api::proto::talosbox::volume::volume_service_client::VolumeServiceClient<Channel> {
-        crate::api::proto::talosbox::volume::volume_service_client::VolumeServiceClient::new(self.channel.clone())
+    pub fn volumes(&self) -> crate::proto::talosbox::volume::volume_service_client::VolumeServiceClient<Channel> {
+        crate::proto::talosbox::volume::volume_service_client::VolumeServiceClient::new(self.channel.clone())
     }
 
     pub fn state(&self) -> StateClient<Channel> {
-        StateClient::new(self.channel.clone()).max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize)
+        StateClient::new(self.channel.clone()).max_decoding_message_size(MAX_MESSAGE_SIZE as usize)
     }
 }
 

@@ -9,8 +9,8 @@
 use std::future::Future;
 use std::time::Duration;
 
-use crate::api::proto::sidero::kms::Request;
-use crate::api::proto::sidero::kms::kms_service_client::KmsServiceClient;
+use crate::proto::sidero::kms::Request;
+use crate::proto::sidero::kms::kms_service_client::KmsServiceClient;
 
 /// How long one Seal or Unseal may take, dialling included.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -40,7 +40,7 @@ pub fn parse_endpoint(endpoint: &str) -> Result<KmsEndpoint, String> {
         return Err(bad("expected host:port"));
     }
     let default_port = if tls { 443 } else { 0 };
-    let (host, port) = crate::client::conn::split_endpoint(rest, default_port).map_err(|e| bad(&e.to_string()))?;
+    let (host, port) = crate::proto::conn::split_endpoint(rest, default_port).map_err(|e| bad(&e.to_string()))?;
     if port == 0 {
         return Err(bad("no port (grpc:// needs one)"));
     }
@@ -69,10 +69,10 @@ fn call(endpoint: &str, node_uuid: &str, data: &[u8], seal: bool) -> Result<Vec<
             let channel = if ep.tls {
                 // Before machined renders the bundle (early in a boot), the image's own roots.
                 let bundle = std::fs::read_to_string(CA_BUNDLE)
-                    .or_else(|_| std::fs::read_to_string(crate::controllers::files::IMAGE_TRUSTED_ROOTS))
+                    .or_else(|_| std::fs::read_to_string(crate::boot::IMAGE_TRUSTED_ROOTS))
                     .map_err(|e| format!("{CA_BUNDLE}: {e}"))?;
                 let tls = crate::pki::tls::client_config(&[bundle], None).map_err(|e| e.to_string())?;
-                crate::client::conn::dial(&format!("{}:{}", bracket(&ep.host), ep.port), ep.port, tls)
+                crate::proto::conn::dial(&format!("{}:{}", bracket(&ep.host), ep.port), ep.port, tls)
                     .await
                     .map_err(|e| e.to_string())?
             } else {

@@ -1,9 +1,11 @@
-//! The client side of the Talos API: the talosconfig file ([`config`]) and dialling endpoints
-//! ([`conn`]). talosctl, the worker's certificate controller and the services use it; it
-//! depends only on the wire types (`api::proto`) and the PKI, never on a server.
+//! The client side of the Talos API: a session with a node ([`api`]), the KMS client of disk
+//! encryption keys ([`kms`]), and, under their client names, the talosconfig file ([`config`])
+//! and dialling endpoints ([`conn`]). Those two live with the wire types in `proto`, because
+//! the servers mint talosconfigs and dial the same way. talosctl, the operator and the
+//! provisioner use this module; it depends only on the wire types and the PKI, never on a
+//! server.
 
 pub mod api;
-pub mod config;
-pub mod conn;
 pub mod kms;
-pub mod state;
+
+pub use crate::proto::{conn, talosconfig as config};

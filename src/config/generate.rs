@@ -14,9 +14,9 @@ use std::time::SystemTime;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::client::config::{ClientConfigError, Config as Talosconfig};
 use crate::pki::issue::CLIENT_CERT_VALIDITY;
 use crate::pki::{Role, RoleSet, SecretsBundle};
+use crate::proto::talosconfig::{ClientConfigError, Config as Talosconfig};
 use crate::yaml::Node;
 
 pub const DEFAULT_DNS_DOMAIN: &str = "cluster.local";

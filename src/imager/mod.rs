@@ -18,7 +18,6 @@ pub mod host;
 pub mod kernel;
 pub mod packages;
 pub mod profile;
-pub mod uki;
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -30,11 +29,12 @@ use std::time::Instant;
 use crate::block::gpt::{self, Guid};
 use profile::{Compression, Profile};
 
-use crate::boot::grub;
+use crate::boot::initramfs::{INITRAMFS_NAMES, initramfs_name_of};
 /// Labels and type GUIDs of Talos's boot disk.
 pub use crate::boot::{
     BIOS_BOOT_TYPE, BIOS_LABEL, BOOT_LABEL, EFI_LABEL, EFI_SYSTEM_TYPE, LINUX_DATA_TYPE, META_LABEL,
 };
+use crate::boot::{grub, uki};
 
 /// Artifact names, in SHA256SUMS order, for an initramfs named `initramfs`.
 pub fn artifact_names(initramfs: &str) -> Vec<&str> {
@@ -53,16 +53,11 @@ pub fn artifact_names(initramfs: &str) -> Vec<&str> {
     names
 }
 
-/// The initramfs in a directory of artifacts, whatever its compression.
-pub fn find_initramfs(dir: &Path) -> Option<PathBuf> {
-    profile::INITRAMFS_NAMES.iter().map(|n| dir.join(n)).find(|p| p.is_file())
-}
-
 /// Names in the rootfs that point at /sbin/init. `modprobe` is what the kernel runs for its
 /// own module requests (`/proc/sys/kernel/modprobe`).
 const ROOTFS_LINKS: &[&str] = &["machined", "apid", "trustd", "modprobe"];
-/// Where the rootfs carries the profile's network documents (machined's
-/// `IMAGE_NETWORK_CONFIG_PATH`).
+/// Where the rootfs carries the profile's network documents, relative to the stage
+/// (`boot::IMAGE_NETWORK_CONFIG_PATH`, which machined reads).
 pub const IMAGE_NETWORK_CONFIG: &str = "usr/share/talosbox/platform-network.yaml";
 
 /// The trusted roots the image carries, checked: a PEM bundle with at least one certificate.
@@ -137,24 +132,6 @@ pub struct Options {
     /// The version the image says it is (os-release, the UKI's `.osrel`, the `version`
     /// artifact, the node's `talosctl version`); this binary's own by default.
     pub version: Option<String>,
-}
-
-/// The initramfs name for a file's contents, by its compression's magic number.
-pub fn initramfs_name_of(data: &[u8]) -> Option<&'static str> {
-    let c = if data.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Compression::Zstd
-    } else if data.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        Compression::Xz
-    } else if data.starts_with(&[0x02, 0x21, 0x4c, 0x18]) {
-        Compression::Lz4
-    } else if data.starts_with(&[0x1f, 0x8b]) {
-        Compression::Gzip
-    } else if data.starts_with(b"070701") {
-        Compression::None
-    } else {
-        return None;
-    };
-    Some(c.initramfs_name())
 }
 
 /// One line per step, with the elapsed time.
@@ -293,7 +270,7 @@ pub fn build(opts: &Options, progress: &Progress) -> Result<Vec<(String, u64, St
 }
 
 fn remove_stale_initramfs(out: &Path, keep: &str) -> Result<(), ImagerError> {
-    for stale in profile::INITRAMFS_NAMES.iter().filter(|n| **n != keep) {
+    for stale in INITRAMFS_NAMES.iter().filter(|n| **n != keep) {
         let path = out.join(stale);
         if path.exists() {
             std::fs::remove_file(&path).map_err(io("removing a stale initramfs", &path))?;
@@ -444,11 +421,11 @@ fn stage_rootfs(
     write_file(&stage.join("etc/talosbox/modules"), module_list(load).as_bytes(), 0o644)?;
     // The image's trusted roots, and the rendered bundle (these plus the configuration's
     // TrustedRootsConfig certificates) where programs look for it.
-    let image_roots = stage.join(crate::controllers::files::IMAGE_TRUSTED_ROOTS.trim_start_matches('/'));
+    let image_roots = stage.join(crate::boot::IMAGE_TRUSTED_ROOTS.trim_start_matches('/'));
     mkdir(image_roots.parent().unwrap_or(stage))?;
     write_file(&image_roots, roots, 0o644)?;
     mkdir(&stage.join("etc/ssl/certs"))?;
-    for name in ETC_RENDERED.iter().chain([&crate::controllers::files::TRUSTED_ROOTS_FILE]) {
+    for name in ETC_RENDERED.iter().chain([&crate::resources::files::TRUSTED_ROOTS_FILE]) {
         let link = stage.join("etc").join(name);
         std::os::unix::fs::symlink(Path::new("/system/etc").join(name), &link).map_err(io("linking", &link))?;
     }
@@ -834,6 +811,11 @@ fn protofile(root: &Path) -> Result<String, ImagerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_imager_puts_the_file_where_machined_reads_it() {
+        assert_eq!(format!("/{}", IMAGE_NETWORK_CONFIG), crate::boot::IMAGE_NETWORK_CONFIG_PATH);
+    }
 
     #[test]
     fn utc_datetime_table() {

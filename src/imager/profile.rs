@@ -9,6 +9,8 @@
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
+use crate::boot::initramfs;
+
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Profile {
@@ -74,18 +76,14 @@ impl Compression {
     /// The initramfs file name for this compression.
     pub fn initramfs_name(self) -> &'static str {
         match self {
-            Compression::None => "initramfs.cpio",
-            Compression::Gzip => "initramfs.gz",
-            Compression::Xz => "initramfs.xz",
-            Compression::Zstd => "initramfs.zst",
-            Compression::Lz4 => "initramfs.lz4",
+            Compression::None => initramfs::CPIO,
+            Compression::Gzip => initramfs::GZIP,
+            Compression::Xz => initramfs::XZ,
+            Compression::Zstd => initramfs::ZSTD,
+            Compression::Lz4 => initramfs::LZ4,
         }
     }
 }
-
-/// Every name an initramfs artifact can have, in the order a directory is searched.
-pub const INITRAMFS_NAMES: &[&str] =
-    &["initramfs.zst", "initramfs.lz4", "initramfs.xz", "initramfs.gz", "initramfs.cpio"];
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]

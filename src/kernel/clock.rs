@@ -8,7 +8,14 @@
 use std::io;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::network::sntp::Adjustment;
+/// What to do to the clock for an offset (the time sync client decides which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adjustment {
+    /// Move the clock gradually by this many nanoseconds.
+    Slew(i128),
+    /// Set the clock forward (or back) by this many nanoseconds at once.
+    Step(i128),
+}
 
 pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> SystemTime;

@@ -1,5 +1,6 @@
 //! The console: attaching it to init's standard streams, `[talosbox] …` lines on it (the
-//! serial console when machined is PID 1), and the uptime those lines carry. Writing never
+//! serial console when machined is PID 1), and the uptime those lines carry; and beside it the
+//! plainer lines a node service (apid, trustd) writes to its own log. Writing never
 //! fails loudly: a broken console must not take PID 1 down (`println!` would panic).
 //!
 //! The lines are an interface: the provisioner and the VM tests read them, so their fixed
@@ -51,6 +52,12 @@ pub fn stage(stage: &str) {
     let _ = out.flush();
     drop(out);
     tap(&format!("stage: {stage}"));
+}
+
+/// One line of a node service's log (its stderr, which machined captures, not the console).
+/// A write that fails (machined gone) is dropped: a service must not die of its log.
+pub fn log_line(service: &str, message: &str) {
+    let _ = writeln!(std::io::stderr(), "{service}: {message}");
 }
 
 /// Seconds since boot with two decimals (`"3.41"`), for console lines; `"?"` if unreadable.

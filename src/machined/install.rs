@@ -412,7 +412,7 @@ fn read_uki(device: &str) -> Option<Vec<u8>> {
     let bytes = std::fs::read(target.join(crate::boot::ESP_LOADER)).ok();
     let _ = mount::unmount(target);
     let bytes = bytes?;
-    let sections = crate::imager::uki::sections(&bytes).ok()?;
+    let sections = crate::boot::uki::sections(&bytes).ok()?;
     let is_uki = [".linux", ".initrd"].iter().all(|s| sections.iter().any(|(n, _)| n == s));
     is_uki.then_some(bytes)
 }

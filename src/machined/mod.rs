@@ -681,7 +681,7 @@ fn configured_hostname(store: &ConfigStore) -> Option<String> {
 
 /// A service's state change as Talos's `ServiceStateEvent`.
 fn publish_service_event(events: &EventLog, event: &crate::services::ServiceEvent) {
-    use crate::api::proto::machine::{ServiceStateEvent, service_state_event::Action};
+    use crate::proto::machine::{ServiceStateEvent, service_state_event::Action};
     use crate::resources::runtime::ServiceState as S;
     let action = match event.state {
         S::Initialized => Action::Initialized,
@@ -705,7 +705,7 @@ fn publish_service_event(events: &EventLog, event: &crate::services::ServiceEven
 
 /// The machine's stage and readiness as Talos's `MachineStatusEvent`.
 fn publish_stage_event(events: &EventLog, status: &MachineStatus) {
-    use crate::api::proto::machine::machine_status_event::{self as mse, MachineStage as W};
+    use crate::proto::machine::machine_status_event::{self as mse, MachineStage as W};
     let stage = match status.stage {
         MachineStage::Unknown => W::Unknown,
         MachineStage::Booting => W::Booting,
@@ -717,7 +717,7 @@ fn publish_stage_event(events: &EventLog, status: &MachineStatus) {
         MachineStage::Resetting => W::Resetting,
         MachineStage::Upgrading => W::Upgrading,
     };
-    let payload = crate::api::proto::machine::MachineStatusEvent {
+    let payload = crate::proto::machine::MachineStatusEvent {
         stage: stage as i32,
         status: Some(mse::MachineStatus {
             ready: status.status.ready,

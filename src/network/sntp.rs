@@ -135,13 +135,7 @@ pub fn measure(t1: Timestamp, reply: &Reply, t4: Timestamp) -> Measurement {
 }
 
 /// What to do to the clock for an offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Adjustment {
-    /// Move the clock gradually by this many nanoseconds.
-    Slew(i128),
-    /// Set the clock forward (or back) by this many nanoseconds at once.
-    Step(i128),
-}
+pub use crate::kernel::clock::Adjustment;
 
 pub fn adjustment(offset_nanos: i128) -> Adjustment {
     if offset_nanos.unsigned_abs() > ADJUST_TIME_LIMIT.as_nanos() {

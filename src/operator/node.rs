@@ -15,8 +15,8 @@ use async_trait::async_trait;
 use tonic::transport::Channel;
 
 use super::render::NodeCredentials;
-use crate::api::proto::machine::{self as m, apply_configuration_request::Mode};
 use crate::client::api::APID_PORT;
+use crate::proto::machine::{self as m, apply_configuration_request::Mode};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum NodeError {
@@ -236,7 +236,7 @@ impl NodeClient for GrpcNodes {
     }
 
     async fn unhealthy(&self, t: &NodeTarget) -> Result<Vec<String>, NodeError> {
-        use crate::api::proto::cosi::resource as wire;
+        use crate::proto::cosi::resource as wire;
         let channel = self.channel(&t.endpoint, &t.credentials.id, t.credentials.tls.clone()).await?;
         let mut state = wire::state_client::StateClient::new(channel)
             .max_decoding_message_size(crate::api::proxy::MAX_MESSAGE_SIZE as usize);

@@ -17,9 +17,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use prost::Message as _;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::proto::machine as m;
 use crate::pki::tls::{ClientAuth, ServerTls};
 use crate::pki::{SecretsBundle, Validity, issue_server};
+use crate::proto::machine as m;
 
 /// What one simulated node reports.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ pub const DEFAULT_CMDLINE: &str = "console=ttyS0,115200 printk.devkmsg=on talos.
 /// Artifact file names the imager writes (the initramfs is named for its compression:
 /// [`INITRAMFS_NAMES`]).
 pub const KERNEL: &str = "vmlinuz";
-pub use crate::imager::profile::INITRAMFS_NAMES;
+pub use crate::boot::initramfs::INITRAMFS_NAMES;
 pub const UKI: &str = "talosbox.efi";
 pub const DISK: &str = "disk.raw";
 

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant, SystemTime};
 use super::alloc::Role;
 use super::state::{ClusterRecord, NodeRecord};
 use super::{ProvisionError, io_err};
-use crate::api::proto::machine::{ApplyConfigurationRequest, apply_configuration_request::Mode};
 use crate::client::api::{Session, SessionOptions, Target, status_line};
 use crate::client::config::Config as Talosconfig;
 use crate::config::generate::{GenerateOptions, generate};
 use crate::config::patch::{self, Patch};
 use crate::pki::SecretsBundle;
+use crate::proto::machine::{ApplyConfigurationRequest, apply_configuration_request::Mode};
 
 /// How the configuration step runs.
 #[derive(Debug, Clone)]

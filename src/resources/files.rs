@@ -9,6 +9,10 @@ use crate::cosi::{PrintColumn, Registry, RegistryError, ResourceDefinition, Reso
 /// Files the node renders under `/etc`.
 pub const NAMESPACE: &str = "files";
 
+/// The rendered bundle of trusted roots, relative to the `/etc` root
+/// (`/etc/ssl/certs/ca-certificates.crt`): the id of its `EtcFileSpec`.
+pub const TRUSTED_ROOTS_FILE: &str = "ssl/certs/ca-certificates.crt";
+
 /// A file's wanted contents and mode, id = its path below `/etc` (`hosts`, `resolv.conf`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default)]

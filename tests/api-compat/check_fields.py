@@ -15,7 +15,7 @@ Run (Python 3.11; from the repository root):
     python3 -m venv /tmp/api-compat-venv
     /tmp/api-compat-venv/bin/pip install talos-linux-api-v1-6-0 protobuf
     API_DESCRIPTOR_SET_OUT=/tmp/talosbox-api.bin \
-        cargo test --lib api::proto::tests::write_descriptor_set -- --ignored --exact
+        cargo test --lib proto::tests::write_descriptor_set -- --ignored --exact
     /tmp/api-compat-venv/bin/python tests/api-compat/check_fields.py /tmp/talosbox-api.bin
 
 `--self-test` first damages copies of the set in ways the check must catch (a renumbered field,

@@ -9,9 +9,9 @@ use std::process::ExitCode;
 
 use super::Cli;
 use super::output::{Errors, Table};
-use crate::api::proto::cosi::resource as wire;
 use crate::client::api::{Session, Target, status_line};
 use crate::cosi::jsonpath::JsonPath;
+use crate::proto::cosi::resource as wire;
 
 const RESOURCE_DEFINITIONS: &str = "ResourceDefinitions.meta.cosi.dev";
 const META: &str = "meta";

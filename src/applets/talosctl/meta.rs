@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use super::Cli;
 use super::node::{per_node, st};
-use crate::api::proto::machine as m;
+use crate::proto::machine as m;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum MetaCommand {

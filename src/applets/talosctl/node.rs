@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::output::{Errors, Table, si_bytes};
 use super::{Cli, Command};
-use crate::api::proto::machine::{self as m, apply_configuration_request::Mode};
 use crate::client::api::{Session, Target, status_line};
+use crate::proto::machine::{self as m, apply_configuration_request::Mode};
 
 #[derive(Debug, clap::Args)]
 pub struct VersionArgs {
@@ -386,7 +386,7 @@ fn patch(cli: &Cli, a: &PatchArgs) -> ExitCode {
 
 /// The node's configuration in force, as text.
 async fn machine_config(session: &Session, target: &Target) -> Result<String, String> {
-    use crate::api::proto::cosi::resource as wire;
+    use crate::proto::cosi::resource as wire;
     let request = wire::GetRequest {
         namespace: "config".into(),
         r#type: "MachineConfigs.config.talos.dev".into(),
@@ -968,7 +968,7 @@ pub fn generate_client_configuration(cli: &Cli, roles: &[&str], ttl: Duration) -
 
 /// One health check of one node: what is not yet right, or nothing.
 async fn unhealthy(session: &Session, target: &Target) -> Result<Vec<String>, String> {
-    use crate::api::proto::cosi::resource as wire;
+    use crate::proto::cosi::resource as wire;
     session.machine().version(session.request(target, ())).await.map_err(st)?;
     let mut problems = Vec::new();
     let request = wire::GetRequest {
@@ -1064,7 +1064,7 @@ fn health(cli: &Cli, a: &HealthArgs) -> ExitCode {
 }
 
 fn time(cli: &Cli, a: &TimeArgs) -> ExitCode {
-    use crate::api::proto::time::TimeRequest;
+    use crate::proto::time::TimeRequest;
     let check = a.check.clone();
     per_node(cli, "time", |session, target| {
         let check = check.clone();

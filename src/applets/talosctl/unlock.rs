@@ -12,7 +12,7 @@ use zeroize::Zeroizing;
 
 use super::Cli;
 use super::node::{per_node, st};
-use crate::api::proto::talosbox::volume as v;
+use crate::proto::talosbox::volume as v;
 
 #[derive(Debug, clap::Args)]
 pub struct UnlockArgs {

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use super::Cli;
 use super::node::{per_node, st};
-use crate::api::proto::machine as m;
-use crate::api::proto::talosbox::lifecycle as l;
 use crate::boot::artifacts;
 use crate::client::api::{Session, Target};
+use crate::proto::machine as m;
+use crate::proto::talosbox::lifecycle as l;
 
 /// The chunk size of an upload (apid takes messages up to 32 MiB).
 const CHUNK: usize = 1 << 20;
@@ -77,7 +77,7 @@ pub fn upgrade(cli: &Cli, a: &UpgradeArgs) -> ExitCode {
                 source: Some(m::InstallArtifactsSource { image_name: image }),
             };
             let mut client =
-                crate::api::proto::machine::lifecycle_service_client::LifecycleServiceClient::new(session.channel());
+                crate::proto::machine::lifecycle_service_client::LifecycleServiceClient::new(session.channel());
             let mut stream = client.upgrade(session.request(&target, request)).await.map_err(st)?.into_inner();
             let mut exit = None;
             while let Some(reply) = stream.message().await.map_err(st)? {
@@ -165,7 +165,7 @@ async fn upload(
         c
     }));
     let mut client =
-        crate::api::proto::talosbox::lifecycle::artifact_service_client::ArtifactServiceClient::new(session.channel())
+        crate::proto::talosbox::lifecycle::artifact_service_client::ArtifactServiceClient::new(session.channel())
             .max_encoding_message_size(2 * CHUNK);
     let mut request = tonic::Request::new(stream);
     if let Some(node) = &target.0

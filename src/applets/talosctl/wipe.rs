@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use super::Cli;
 use super::node::{per_node, st};
-use crate::api::proto::storage::{self as s, block_device_wipe_descriptor::Method};
+use crate::proto::storage::{self as s, block_device_wipe_descriptor::Method};
 
 #[derive(Debug, clap::Subcommand)]
 pub enum WipeCommand {

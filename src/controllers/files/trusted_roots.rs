@@ -14,10 +14,8 @@ use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::resources::config::{self as cfg, MachineConfig};
 use crate::resources::files::{self, EtcFileSpec};
 
-/// Where the rootfs carries the image's trusted roots.
-pub const IMAGE_TRUSTED_ROOTS: &str = "/usr/share/talosbox/ca-certificates.crt";
-/// The rendered bundle, relative to the `/etc` root (`/etc/ssl/certs/ca-certificates.crt`).
-pub const TRUSTED_ROOTS_FILE: &str = "ssl/certs/ca-certificates.crt";
+pub use crate::boot::IMAGE_TRUSTED_ROOTS;
+pub use crate::resources::files::TRUSTED_ROOTS_FILE;
 
 /// Each `TrustedRootsConfig` document's name and certificates, in the configuration's order.
 pub fn custom_roots(config: &Config) -> Vec<(String, String)> {

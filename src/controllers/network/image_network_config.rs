@@ -24,7 +24,7 @@ use crate::resources::network::{
 };
 
 /// Where an image keeps its network file.
-pub const IMAGE_NETWORK_CONFIG_PATH: &str = "/usr/share/talosbox/platform-network.yaml";
+pub use crate::boot::IMAGE_NETWORK_CONFIG_PATH;
 
 const LAYER: ConfigLayer = ConfigLayer::Platform;
 
@@ -136,11 +136,6 @@ mod tests {
         let mut ids: Vec<String> = list.iter().map(|r| r.id().to_string()).collect();
         ids.sort();
         ids
-    }
-
-    #[test]
-    fn the_imager_puts_the_file_where_machined_reads_it() {
-        assert_eq!(format!("/{}", crate::imager::IMAGE_NETWORK_CONFIG), IMAGE_NETWORK_CONFIG_PATH);
     }
 
     #[test]

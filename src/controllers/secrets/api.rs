@@ -56,10 +56,10 @@ async fn from_trustd(
     cas: &[String],
     sans: &CertSans,
 ) -> Result<CertAndKey, ReconcileError> {
-    use crate::api::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
+    use crate::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
     let csr = pki::generate_csr(&sans.fqdn, &sans.ips, &sans.dns_names, None)?;
     let tls = pki::tls::client_config(cas, None)?;
-    let channel = crate::client::conn::dial(endpoint, TRUSTD_PORT, tls).await?;
+    let channel = crate::proto::conn::dial(endpoint, TRUSTD_PORT, tls).await?;
     let mut request = tonic::Request::new(CertificateRequest { csr: csr.csr_pem.into_bytes() });
     request.metadata_mut().insert("token", token.parse().map_err(|_| "the machine token is not valid metadata")?);
     let reply = SecurityServiceClient::new(channel)

@@ -1,5 +1,6 @@
-//! Unified kernel image assembly: appends `.osrel`, `.cmdline`, `.linux` and `.initrd`
-//! sections to the systemd EFI stub (a PE32+ image) and fixes up its headers.
+//! Unified kernel images (PE32+): reading a UKI's sections, as a node does with an upgrade's
+//! UKI, and assembling one, as the imager does: appending `.osrel`, `.cmdline`, `.linux` and
+//! `.initrd` sections to the systemd EFI stub and fixing up its headers.
 //!
 //! Pure: bytes in, bytes out, with the PE header's timestamp taken from the caller (never the
 //! clock) so the same inputs give the same image. It must never rewrite the stub's own

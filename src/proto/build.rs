@@ -1,4 +1,4 @@
-//! The package's build script: compiles the API's `.proto` files under `src/api/proto` into
+//! The package's build script: compiles the API's `.proto` files under `src/proto` into
 //! prost messages and tonic clients and servers, and records the git commit (`build.rs` at the
 //! top of the repository).
 //!
@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use prost::Message as _;
 
 /// Where the `.proto` files live, relative to the package root (the build script's directory).
-const PROTO_ROOT: &str = "src/api/proto";
+const PROTO_ROOT: &str = "src/proto";
 
 /// Every file compiled, as imported: one directory per protobuf package.
 const PROTO_FILES: &[&str] = &[
@@ -36,7 +36,7 @@ const PROTO_FILES: &[&str] = &[
 /// the KMS of `kms` disk encryption keys.
 const OTHER_PROTO_FILES: &[&str] = &["kms/kms.proto"];
 
-/// The encoded `FileDescriptorSet`, in `OUT_DIR`; `api::proto::FILE_DESCRIPTOR_SET` embeds it.
+/// The encoded `FileDescriptorSet`, in `OUT_DIR`; `proto::FILE_DESCRIPTOR_SET` embeds it.
 const DESCRIPTOR_SET_FILE: &str = "talosbox_api_descriptor_set.bin";
 
 fn main() -> ExitCode {
@@ -54,7 +54,7 @@ fn compile_api() -> Result<(), String> {
     // Printing any rerun-if-changed replaces cargo's default of rerunning on every change in the
     // package, so the protos must be named here (a directory is watched recursively).
     println!("cargo:rerun-if-changed={PROTO_ROOT}");
-    println!("cargo:rerun-if-changed=src/api/build.rs");
+    println!("cargo:rerun-if-changed=src/proto/build.rs");
     println!("cargo:rerun-if-changed=build.rs");
 
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").ok_or("OUT_DIR is not set (not run by cargo?)")?);

@@ -1,10 +1,19 @@
-//! Talos's wire API as Rust types: the prost messages and tonic clients and servers generated
-//! at build time from `src/api/proto/<package>/*.proto` (see `src/api/build.rs`).
+//! Talos's wire API as Rust types, at the bottom of the crate: the prost messages and tonic
+//! clients and servers generated at build time from `src/proto/<package>/*.proto` (see
+//! `src/proto/build.rs`), the constants both ends of a call must agree on (metadata keys, the
+//! message size limit, the ports), dialling an endpoint ([`conn`]) and the talosconfig file
+//! that GenerateClientConfiguration hands out and clients read ([`talosconfig`]). The servers
+//! in `api` and the client library both point down to this module, never at each other.
 //!
-//! The module tree mirrors the protobuf packages, because the generated code names types in
-//! other packages by relative paths (`super::common::Metadata`). Nothing here may be edited by
-//! hand or renamed: package, message and field names and numbers are the wire contract with
-//! Talos. Behaviour belongs to the servers that implement these traits, not here.
+//! The generated module tree mirrors the protobuf packages, because the generated code names
+//! types in other packages by relative paths (`super::common::Metadata`). Nothing generated may
+//! be edited by hand or renamed: package, message and field names and numbers are the wire
+//! contract with Talos. Nothing here may import a module above the bottom layer (the
+//! talosconfig uses `pki` and `yaml`): behaviour belongs to the servers and clients that use
+//! these types.
+
+pub mod conn;
+pub mod talosconfig;
 
 use prost::Message as _;
 
@@ -66,6 +75,22 @@ pub mod sidero {
         include!(concat!(env!("OUT_DIR"), "/sidero.kms.rs"));
     }
 }
+
+/// The gRPC metadata keys apid reads and writes (Talos's names): a client addresses a call
+/// with `node` or `nodes`, apid marks what it forwarded with `proxyfrom` and tells machined the
+/// caller's roles in `talos-role`.
+pub mod keys {
+    pub const NODE: &str = "node";
+    pub const NODES: &str = "nodes";
+    pub const PROXY_FROM: &str = "proxyfrom";
+    pub const ROLE: &str = "talos-role";
+}
+
+/// Talos's gRPC message size limit (32 MiB), for requests relayed through apid and the
+/// client's channels alike.
+pub const MAX_MESSAGE_SIZE: u64 = 32 << 20;
+/// apid's port: where a `node` or an endpoint without a port is dialled.
+pub const APID_PORT: u16 = 50000;
 
 /// The encoded `google.protobuf.FileDescriptorSet` of every API file above, with the well-known
 /// types they import and their comments: for reflection and for checking the wire contract.
@@ -462,7 +487,7 @@ mod tests {
 
     /// Writes [`FILE_DESCRIPTOR_SET`] to the file named by `API_DESCRIPTOR_SET_OUT`, for the
     /// compatibility check in `tests/api-compat/check_fields.py`:
-    /// `API_DESCRIPTOR_SET_OUT=/tmp/api.bin cargo test --lib api::proto::tests::write_descriptor_set -- --ignored --exact`
+    /// `API_DESCRIPTOR_SET_OUT=/tmp/api.bin cargo test --lib proto::tests::write_descriptor_set -- --ignored --exact`
     #[test]
     #[ignore = "writes a file; run on purpose for tests/api-compat"]
     fn write_descriptor_set() {

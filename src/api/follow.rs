@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
-use crate::api::proto::cosi::resource::{EventType, WatchRequest, state_client::StateClient};
 use crate::cosi::ResourceSpec;
+use crate::proto::cosi::resource::{EventType, WatchRequest, state_client::StateClient};
 
 /// How long to wait before watching again after the stream broke.
 const RETRY: Duration = Duration::from_secs(1);
