@@ -5,5 +5,6 @@
 pub mod api;
 pub mod config;
 pub mod conn;
+pub mod health;
 pub mod kms;
 pub mod state;
