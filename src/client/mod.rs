@@ -6,6 +6,7 @@
 //! server.
 
 pub mod api;
+pub mod health;
 pub mod kms;
 
 pub use crate::proto::{conn, talosconfig as config};

@@ -1,7 +1,7 @@
 //! The shape of the machine-config document kinds: which fields each has and what type each
-//! field's value must be. The facts live in the generated `schema_table.rs`; this file holds the
-//! types of that table and the lookups over it. It says nothing about what talosbox does with a
-//! field (that is `policy.rs`).
+//! field's value must be. The facts live in `schema_table.rs` (kept by hand); this file holds
+//! the types of that table and the lookups over it. It says nothing about what talosbox does
+//! with a field (that is `policy.rs`).
 
 use super::schema_table::KINDS;
 use super::value::{Path, Seg};

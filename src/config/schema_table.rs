@@ -1,13 +1,23 @@
 //! The field table of every machine-config document kind: names, wire types and enum values.
 //!
-//! Derived mechanically from Talos's published machine-config JSON schema (siderolabs/talos at
-//! ad8823176e75, `pkg/machinery/config/schemas/config.schema.json`). The deprecated `v1alpha1`
-//! fields that schema no longer documents come from the schemas of Talos v1.7.0 to v1.13.9,
-//! checked against and ordered like the Go field list at that commit. Where the schema and
-//! Talos's decoder disagree, the table follows the decoder: the kinds `UnattendedInstallConfig`
-//! and `KubeSpanEndpointsConfig` (the schema misnames them), `ImageVerificationConfig` (missing
-//! from it), `acceptedCAs` (lists, not one object), the list-valued enums, `DiskPartition.size`
-//! (a number or a string) and `machine.type` (any string; validation judges it).
+//! Kept by hand. It was first written out of Talos's published machine-config JSON schema
+//! (siderolabs/talos at ad8823176e75, the commit `testdata/talos/` comes from, whose newest
+//! configs are v1.15's; `pkg/machinery/config/schemas/config.schema.json`), but neither that
+//! schema nor a generator is in this repository, and rows have been added by hand since. The
+//! deprecated `v1alpha1` fields that schema no longer documents come from the schemas of Talos
+//! v1.7.0 to v1.13.9, checked against and ordered like the Go field list at that commit.
+//!
+//! Where the schema and Talos's decoder disagree, the table follows the decoder: the kinds
+//! `UnattendedInstallConfig` and `KubeSpanEndpointsConfig` (the schema misnames them),
+//! `ImageVerificationConfig` (missing from it), `acceptedCAs` (lists, not one object), the
+//! list-valued enums, `DiskPartition.size` (a number or a string) and `machine.type` (any
+//! string; validation judges it).
+//!
+//! To add a field: put `f("name", Ty::…)` in its object's `O_…` static at the place Talos's Go
+//! struct has it (the order Talos writes), with enum values as Talos spells them; a new kind is
+//! a `k(…)` row in `KINDS` and a static for its root object. Then say in `policy.rs` whether
+//! the field is a secret, needs a reboot or is kept but not acted on, and add a config that
+//! uses the field to the tests.
 //!
 //! Beyond Talos, two fields and one kind: an encryption key's `recovery` (a passphrase slot
 //! that is opened through `talosctl unlock` and never kept in META), in both key objects;

@@ -16,6 +16,7 @@ use tonic::transport::Channel;
 
 use super::render::NodeCredentials;
 use crate::client::api::APID_PORT;
+use crate::client::health;
 use crate::proto::machine::{self as m, apply_configuration_request::Mode};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -247,22 +248,10 @@ impl NodeClient for GrpcNodes {
             options: None,
         };
         let status = self.call(&t.endpoint, "State.Get MachineStatus", state.get(request)).await?;
-        let yaml = status.resource.and_then(|r| r.spec).map(|s| s.yaml_spec).unwrap_or_default();
-        let spec: serde_json::Value = serde_saphyr::from_str(&yaml).unwrap_or_default();
-        let mut problems = Vec::new();
-        let stage = spec["stage"].as_str().unwrap_or("unknown");
-        if stage != "running" {
-            problems.push(format!("stage is {stage}, not running"));
-        }
+        let mut problems: Vec<String> = health::stage_problem(&health::spec_of(status)).into_iter().collect();
         let mut c = self.machine(t).await?;
         let services = self.call(&t.endpoint, "ServiceList", c.service_list(())).await?;
-        for s in services.messages.into_iter().flat_map(|m| m.services) {
-            if s.state != "Running" && s.state != "Finished" {
-                problems.push(format!("service {} is {}", s.id, s.state));
-            } else if s.health.as_ref().is_some_and(|h| !h.unknown && !h.healthy) {
-                problems.push(format!("service {} is unhealthy", s.id));
-            }
-        }
+        problems.extend(health::service_problems(services));
         Ok(problems)
     }
 

@@ -234,7 +234,7 @@ fn new(
             }
             config.to_yaml()
         }
-        None => super::node::generate_client_configuration(cli, &set.strings(), ttl)?,
+        None => super::config_new::generate_client_configuration(cli, &set.strings(), ttl)?,
     };
     super::generate::write_private(path, &text)?;
     eprintln!("wrote {}", path.display());

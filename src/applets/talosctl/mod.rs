@@ -4,16 +4,35 @@
 //! Errors are one line on stderr, prefixed with the node they came from; with several nodes
 //! the command goes on to the others and exits non-zero at the end.
 
+mod apply_config;
 mod cluster;
+mod config_new;
 mod configcmd;
+mod dmesg;
+mod edit;
+mod events;
 mod generate;
 mod get;
+mod health;
+mod list;
+mod logs;
+mod memory;
 mod meta;
+mod mounts;
 mod node;
 pub(crate) mod output;
+mod patch;
+mod processes;
+mod read;
+mod reboot;
+mod reset;
+mod service;
+mod shutdown;
+mod time;
 mod unlock;
 mod upgrade;
 mod validate;
+mod version;
 mod wipe;
 
 use std::ffi::OsString;
@@ -66,55 +85,55 @@ impl Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the client's and the nodes' versions.
-    Version(node::VersionArgs),
+    Version(version::VersionArgs),
     /// Read resources (`get members`, `get machinestatus`, `get rd` for every type).
     Get(get::GetArgs),
     /// Apply a new configuration to a node.
     #[command(name = "apply-config", alias = "apply")]
-    ApplyConfig(node::ApplyArgs),
+    ApplyConfig(apply_config::ApplyArgs),
     /// Patch a node's machine configuration in place.
-    Patch(node::PatchArgs),
+    Patch(patch::PatchArgs),
     /// Edit a node's machine configuration in $EDITOR and apply it.
-    Edit(node::EditArgs),
+    Edit(edit::EditArgs),
     /// Read a service's logs.
-    Logs(node::LogsArgs),
+    Logs(logs::LogsArgs),
     /// Read the kernel log.
-    Dmesg(node::DmesgArgs),
+    Dmesg(dmesg::DmesgArgs),
     /// Print a file's contents.
     #[command(alias = "cat")]
-    Read(node::ReadArgs),
+    Read(read::ReadArgs),
     /// List a directory.
     #[command(alias = "ls")]
-    List(node::ListArgs),
+    List(list::ListArgs),
     /// List processes.
     #[command(alias = "ps")]
-    Processes(node::ProcessesArgs),
+    Processes(processes::ProcessesArgs),
     /// Show memory usage.
     #[command(alias = "free")]
-    Memory(node::MemoryArgs),
+    Memory(memory::MemoryArgs),
     /// List mounts.
     #[command(alias = "df")]
     Mounts,
     /// List services, show one, or start, stop or restart it.
     #[command(alias = "services")]
-    Service(node::ServiceArgs),
+    Service(service::ServiceArgs),
     /// Reboot the nodes.
-    Reboot(node::RebootArgs),
+    Reboot(reboot::RebootArgs),
     /// Power the nodes off.
-    Shutdown(node::ShutdownArgs),
+    Shutdown(shutdown::ShutdownArgs),
     /// Reset the nodes (wipe their state) and reboot or power them off.
-    Reset(node::ResetArgs),
+    Reset(reset::ResetArgs),
     /// Upgrade the nodes to another version (an imager output directory or its URL), into the
     /// boot slot not in use; a version that does not come up falls back by itself.
     Upgrade(upgrade::UpgradeArgs),
     /// Boot the other slot (the version before the last upgrade) from now on, and reboot.
     Rollback,
     /// Stream the nodes' events.
-    Events(node::EventsArgs),
+    Events(events::EventsArgs),
     /// Check that the nodes answer, are running, their services are up and their clocks synced.
-    Health(node::HealthArgs),
+    Health(health::HealthArgs),
     /// Show the nodes' time and a time server's, as each node measures it.
-    Time(node::TimeArgs),
+    Time(time::TimeArgs),
     /// Write and delete keys in the META partition.
     Meta {
         #[command(subcommand)]
@@ -265,7 +284,25 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
             clap_complete::generate(shell, &mut Cli::command(), "talosctl", &mut std::io::stdout());
             ExitCode::SUCCESS
         }
-        command => node::run(&cli, command),
+        Command::Version(a) => version::run(&cli, &a),
+        Command::Get(a) => get::run(&cli, &a),
+        Command::ApplyConfig(a) => apply_config::run(&cli, &a),
+        Command::Patch(a) => patch::run(&cli, &a),
+        Command::Edit(a) => edit::run(&cli, &a),
+        Command::Logs(a) => logs::run(&cli, &a),
+        Command::Dmesg(a) => dmesg::run(&cli, &a),
+        Command::Read(a) => read::run(&cli, &a),
+        Command::List(a) => list::run(&cli, &a),
+        Command::Processes(a) => processes::run(&cli, &a),
+        Command::Memory(a) => memory::run(&cli, &a),
+        Command::Mounts => mounts::run(&cli),
+        Command::Service(a) => service::run(&cli, &a),
+        Command::Reboot(a) => reboot::run(&cli, &a),
+        Command::Shutdown(a) => shutdown::run(&cli, &a),
+        Command::Reset(a) => reset::run(&cli, &a),
+        Command::Events(a) => events::run(&cli, &a),
+        Command::Health(a) => health::run(&cli, &a),
+        Command::Time(a) => time::run(&cli, &a),
     }
 }
 

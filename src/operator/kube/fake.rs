@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::operator::model::{MachineEvent, MachineKey, TalosMachine, now_rfc3339};
-use crate::operator::store::{FleetAdmin, StoreError, merge_apply};
+use crate::operator::store::{FleetAdmin, StoreError, admit, merge_apply};
 
 type Body = BoxBody<Bytes, Infallible>;
 
@@ -410,14 +410,8 @@ fn to_machine(v: &Value) -> Result<TalosMachine, StoreError> {
 #[async_trait]
 impl FleetAdmin for FakeApiServer {
     async fn apply_machine(&self, machine: TalosMachine) -> Result<TalosMachine, StoreError> {
-        let mut machine = machine;
-        if machine.metadata.namespace.is_empty() {
-            machine.metadata.namespace = "default".into();
-        }
+        let machine = admit(machine)?;
         let key = machine.key();
-        machine
-            .validate(&key.to_string())
-            .map_err(|e| StoreError::Invalid { what: key.to_string(), detail: e.to_string() })?;
         let mut st = self.lock();
         let k = (key.namespace.clone(), key.name.clone());
         let existing = st.machines.get(&k).map(to_machine).transpose()?;

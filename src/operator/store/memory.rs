@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
-use super::{FleetAdmin, Store, StoreError, WatchEvent, merge_apply};
+use super::{FleetAdmin, Store, StoreError, WatchEvent, admit, merge_apply};
 use crate::operator::model::{FINALIZER, MachineEvent, MachineKey, MachineStatus, TalosMachine, now_rfc3339};
 
 #[derive(Default)]
@@ -141,13 +141,7 @@ impl Store for MemoryStore {
 #[async_trait]
 impl FleetAdmin for MemoryStore {
     async fn apply_machine(&self, machine: TalosMachine) -> Result<TalosMachine, StoreError> {
-        let mut machine = machine;
-        if machine.metadata.namespace.is_empty() {
-            machine.metadata.namespace = "default".into();
-        }
-        machine
-            .validate(&machine.key().to_string())
-            .map_err(|e| StoreError::Invalid { what: machine.key().to_string(), detail: e.to_string() })?;
+        let machine = admit(machine)?;
         let key = machine.key();
         let mut inner = self.lock();
         let (merged, changed) = merge_apply(inner.machines.get(&key), machine);

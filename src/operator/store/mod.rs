@@ -114,6 +114,19 @@ pub fn resync(known: &mut HashMap<MachineKey, String>, now: Vec<TalosMachine>) -
     events
 }
 
+/// The first step of every apply: the namespace defaulted to `default` (as kubectl does) and
+/// the machine validated, refused with its key. Shared so every backend admits the same machines.
+pub(crate) fn admit(mut machine: TalosMachine) -> Result<TalosMachine, StoreError> {
+    if machine.metadata.namespace.is_empty() {
+        machine.metadata.namespace = "default".into();
+    }
+    let key = machine.key();
+    machine
+        .validate(&key.to_string())
+        .map_err(|e| StoreError::Invalid { what: key.to_string(), detail: e.to_string() })?;
+    Ok(machine)
+}
+
 /// The spec half of an apply: what a store keeps of an existing machine and takes from the
 /// new one. Shared so every backend bumps the generation on the same changes.
 pub(crate) fn merge_apply(existing: Option<&TalosMachine>, mut new: TalosMachine) -> (TalosMachine, bool) {

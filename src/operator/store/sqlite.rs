@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use tokio::sync::mpsc;
 
-use super::{FleetAdmin, Store, StoreError, WatchEvent, merge_apply, resync};
+use super::{FleetAdmin, Store, StoreError, WatchEvent, admit, merge_apply, resync};
 use crate::operator::model::{FINALIZER, MachineEvent, MachineKey, MachineStatus, TalosMachine, now_rfc3339};
 
 /// The database's file name inside the fleet directory.
@@ -371,14 +371,8 @@ impl Store for SqliteStore {
 #[async_trait]
 impl FleetAdmin for SqliteStore {
     async fn apply_machine(&self, machine: TalosMachine) -> Result<TalosMachine, StoreError> {
-        let mut machine = machine;
-        if machine.metadata.namespace.is_empty() {
-            machine.metadata.namespace = "default".into();
-        }
+        let machine = admit(machine)?;
         let key = machine.key();
-        machine
-            .validate(&key.to_string())
-            .map_err(|e| StoreError::Invalid { what: key.to_string(), detail: e.to_string() })?;
         self.with(move |conn, err| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
             let existing = read(&tx, &key, err)?;
