@@ -27,6 +27,7 @@ use talosbox::resources::block::{
     FilesystemType, MountStatus, NAMESPACE, VolumeConfig, VolumeLifecycle, VolumeMountStatus, VolumePhase,
     VolumeStatus, VolumeType,
 };
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::services::{ReapMode, Reaper};
 
@@ -176,7 +177,7 @@ fn doc(kind: &str, body: &str) -> String {
 }
 
 fn config(docs: &[String]) -> MachineConfig {
-    MachineConfig { yaml: format!("{MACHINE}{}", docs.concat()) }
+    parse(&format!("{MACHINE}{}", docs.concat())).unwrap()
 }
 
 fn ready(r: Option<&Resource<VolumeStatus>>) -> bool {

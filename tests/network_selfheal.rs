@@ -34,6 +34,7 @@ use talosbox::kernel::netlink::{self, Groups, Netlink, NetlinkEvents};
 use talosbox::kernel::netns::NetNs;
 use talosbox::network::dhcp4::{Dhcp4Operator, Dhcp4Status};
 use talosbox::network::operator::Operator;
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::resources::network::{
     AddressSpec, ConfigLayer, LinkStatus, NAMESPACE, Operator as OperatorKind, OperatorSpec, RouteSpec,
@@ -242,7 +243,7 @@ fn node_pipeline(node: &NetNs) -> (Harness, Started) {
 /// as the node's configuration.
 fn configure(h: &Harness, interfaces: &str) {
     let yaml = format!("version: v1alpha1\nmachine:\n  type: worker\n  network:\n    interfaces:\n{interfaces}");
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(&yaml).unwrap()).unwrap();
 }
 
 const DHCP: &str = "      - interface: a\n        dhcp: true\n";

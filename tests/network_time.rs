@@ -15,6 +15,7 @@ use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::clock::{Clock, shifted};
 use talosbox::kernel::netns::NetNs;
 use talosbox::network::sntp::{self, Adjustment, Timestamp};
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::resources::network::{NAMESPACE, TimeServerStatus};
 use talosbox::resources::time::{self, TimeStatus};
@@ -132,7 +133,7 @@ async fn no_server_is_not_synced_and_disabled_is() {
     h.assert_spec(time::NAMESPACE, TimeStatus::ID, &TimeStatus::default()).await;
 
     let config = "version: v1alpha1\nmachine:\n  type: worker\n  time:\n    disabled: true\n";
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: config.into() }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(config).unwrap()).unwrap();
     let want = TimeStatus { synced: true, epoch: 0, sync_disabled: true };
     h.assert_spec(time::NAMESPACE, TimeStatus::ID, &want).await;
     assert!(clock.adjustments.borrow().is_empty(), "nothing adjusted the clock");
