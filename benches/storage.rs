@@ -27,11 +27,11 @@ use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, SystemDiskController, VolumeConfigController,
     VolumeManagerController,
 };
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::blockdev::BlockDevice;
 use talosbox::kernel::loopdev;
 use talosbox::resources::block::{NAMESPACE, VolumePhase, VolumeStatus};
-use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::services::{ReapMode, Reaper};
 

@@ -20,6 +20,7 @@ use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, MountController, MountRequestController,
     MountStatusController, SystemDiskController, VolumeConfigController, VolumeManagerController,
 };
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::cosi::{Controller, Harness, Resource};
 use talosbox::kernel::blockdev::BlockDevice;
 use talosbox::kernel::{loopdev, mount, swap};
@@ -27,7 +28,6 @@ use talosbox::resources::block::{
     FilesystemType, MountStatus, NAMESPACE, VolumeConfig, VolumeLifecycle, VolumeMountStatus, VolumePhase,
     VolumeStatus, VolumeType,
 };
-use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::services::{ReapMode, Reaper};
 

@@ -3,11 +3,11 @@
 //! the `MachineConfig` resource; the tests watch the layered candidates in `network-config`
 //! and the merged winners in `network`.
 
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::controllers::network::{
     AddressConfigController, LinkConfigController, OperatorConfigController, merge_controllers,
 };
 use talosbox::cosi::{Controller, Harness};
-use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::resources::network::{
     AddressSpec, CONFIG_NAMESPACE, ConfigLayer, HardwareAddress, LinkFlags, LinkSpec, LinkStatus, LinkType, NAMESPACE,

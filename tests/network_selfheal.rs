@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::controllers::network::{
     AddressConfigController, AddressSpecController, AddressStatusController, CmdlineConfigController,
     EtcFileController, HostDnsConfigController, HostnameConfigController, LinkConfigController, LinkSpecController,
@@ -34,7 +35,6 @@ use talosbox::kernel::netlink::{self, Groups, Netlink, NetlinkEvents};
 use talosbox::kernel::netns::NetNs;
 use talosbox::network::dhcp4::{Dhcp4Operator, Dhcp4Status};
 use talosbox::network::operator::Operator;
-use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::resources::network::{
     AddressSpec, ConfigLayer, LinkStatus, NAMESPACE, Operator as OperatorKind, OperatorSpec, RouteSpec,

@@ -10,12 +10,12 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::controllers::network::{NetworkTarget, PollBounds, TimeSyncController};
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::clock::{Clock, shifted};
 use talosbox::kernel::netns::NetNs;
 use talosbox::network::sntp::{self, Adjustment, Timestamp};
-use talosbox::controllers::config::machine_config::parse;
 use talosbox::resources::config::{self as cfg, MachineConfig};
 use talosbox::resources::network::{NAMESPACE, TimeServerStatus};
 use talosbox::resources::time::{self, TimeStatus};
