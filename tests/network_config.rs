@@ -101,7 +101,7 @@ async fn dhcp_true_keeps_dhcp_at_the_configuration_layer() {
     seed_links(&h);
     let yaml = "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        dhcp: true\n\
                 \x20       addresses: [192.168.1.2/24]\n";
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(&yaml).unwrap()).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(yaml).unwrap()).unwrap();
     let op = h
         .assert_eventually::<OperatorSpec, _>(CONFIG_NAMESPACE, "configuration/dhcp4/eth0", "configured DHCP", |r| {
             r.is_some()
@@ -144,7 +144,7 @@ async fn the_images_static_address_comes_up_without_dhcp_and_configuration_beats
 
     // An applied configuration with the same address wins over the image's.
     let yaml = "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        addresses: [10.5.0.2/24]\n";
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(&yaml).unwrap()).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(yaml).unwrap()).unwrap();
     let configured = AddressSpec { config_layer: ConfigLayer::MachineConfiguration, ..image.clone() };
     h.assert_spec(NAMESPACE, "eth0/10.5.0.2/24", &configured).await;
     h.unseed::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID).unwrap();
