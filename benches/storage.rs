@@ -29,6 +29,7 @@ use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, SystemDiskController, VolumeConfigController,
     VolumeManagerController,
 };
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::blockdev::BlockDevice;
 use talosbox::kernel::loopdev;
@@ -147,7 +148,7 @@ fn ours(rt: &tokio::runtime::Runtime, dir: &Path) -> Duration {
         let h = Harness::start(controllers)
             .unwrap_or_else(|e| die(&format!("starting the controllers: {e}")))
             .with_timeout(Duration::from_secs(300));
-        let config = MachineConfig { yaml: "version: v1alpha1\nmachine:\n  type: worker\n".into() };
+        let config = parse("version: v1alpha1\nmachine:\n  type: worker\n").unwrap_or_else(|e| die(&e.to_string()));
         h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, config).unwrap_or_else(|e| die(&e.to_string()));
         for id in ["STATE", "EPHEMERAL"] {
             h.assert_eventually::<VolumeStatus, _>(NAMESPACE, id, &format!("{id} ready"), |r| {

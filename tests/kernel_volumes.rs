@@ -23,6 +23,7 @@ use talosbox::controllers::block::{
     DevicesController, DiscoveryController, DisksController, MountController, MountRequestController,
     MountStatusController, SystemDiskController, VolumeConfigController, VolumeManagerController,
 };
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::cosi::{Controller, Harness, Resource};
 use talosbox::kernel::blockdev::BlockDevice;
 use talosbox::kernel::{loopdev, mount, swap};
@@ -179,7 +180,7 @@ fn doc(kind: &str, body: &str) -> String {
 }
 
 fn config(docs: &[String]) -> MachineConfig {
-    MachineConfig { yaml: format!("{MACHINE}{}", docs.concat()) }
+    parse(&format!("{MACHINE}{}", docs.concat())).unwrap()
 }
 
 fn ready(r: Option<&Resource<VolumeStatus>>) -> bool {

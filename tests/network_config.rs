@@ -3,6 +3,7 @@
 //! the `MachineConfig` resource; the tests watch the layered candidates in `network-config`
 //! and the merged winners in `network`.
 
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::controllers::network::{
     AddressConfigController, LinkConfigController, OperatorConfigController, merge_controllers,
 };
@@ -58,7 +59,7 @@ async fn a_static_address_beats_default_dhcp_and_removing_it_brings_dhcp_back() 
 
     // The configuration's static address: a configuration-layer candidate that wins the merge,
     // eth0 configured at the configuration layer, and no DHCP operator for eth0 any more.
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: STATIC_ETH0.into() }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(STATIC_ETH0).unwrap()).unwrap();
     let configured =
         AddressSpec::static_address("eth0", "192.168.1.2/24".parse().unwrap(), ConfigLayer::MachineConfiguration);
     h.assert_spec(CONFIG_NAMESPACE, "configuration/eth0/192.168.1.2/24", &configured).await;
@@ -100,7 +101,7 @@ async fn dhcp_true_keeps_dhcp_at_the_configuration_layer() {
     seed_links(&h);
     let yaml = "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        dhcp: true\n\
                 \x20       addresses: [192.168.1.2/24]\n";
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: yaml.into() }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(yaml).unwrap()).unwrap();
     let op = h
         .assert_eventually::<OperatorSpec, _>(CONFIG_NAMESPACE, "configuration/dhcp4/eth0", "configured DHCP", |r| {
             r.is_some()
@@ -143,7 +144,7 @@ async fn the_images_static_address_comes_up_without_dhcp_and_configuration_beats
 
     // An applied configuration with the same address wins over the image's.
     let yaml = "version: v1alpha1\nmachine:\n  network:\n    interfaces:\n      - interface: eth0\n        addresses: [10.5.0.2/24]\n";
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: yaml.into() }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(yaml).unwrap()).unwrap();
     let configured = AddressSpec { config_layer: ConfigLayer::MachineConfiguration, ..image.clone() };
     h.assert_spec(NAMESPACE, "eth0/10.5.0.2/24", &configured).await;
     h.unseed::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID).unwrap();

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::controllers::network::{
     AddressConfigController, AddressSpecController, AddressStatusController, CmdlineConfigController,
     EtcFileController, HostDnsConfigController, HostnameConfigController, LinkConfigController, LinkSpecController,
@@ -242,7 +243,7 @@ fn node_pipeline(node: &NetNs) -> (Harness, Started) {
 /// as the node's configuration.
 fn configure(h: &Harness, interfaces: &str) {
     let yaml = format!("version: v1alpha1\nmachine:\n  type: worker\n  network:\n    interfaces:\n{interfaces}");
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(&yaml).unwrap()).unwrap();
 }
 
 const DHCP: &str = "      - interface: a\n        dhcp: true\n";

@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use talosbox::controllers::config::machine_config::parse;
 use talosbox::controllers::network::{NetworkTarget, PollBounds, TimeSyncController};
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::clock::{Clock, shifted};
@@ -132,7 +133,7 @@ async fn no_server_is_not_synced_and_disabled_is() {
     h.assert_spec(time::NAMESPACE, TimeStatus::ID, &TimeStatus::default()).await;
 
     let config = "version: v1alpha1\nmachine:\n  type: worker\n  time:\n    disabled: true\n";
-    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: config.into() }).unwrap();
+    h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(config).unwrap()).unwrap();
     let want = TimeStatus { synced: true, epoch: 0, sync_disabled: true };
     h.assert_spec(time::NAMESPACE, TimeStatus::ID, &want).await;
     assert!(clock.adjustments.borrow().is_empty(), "nothing adjusted the clock");

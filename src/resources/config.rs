@@ -1,32 +1,78 @@
 //! Configuration resources (namespace `config`): the machine configuration in force and the
-//! machine's type, under Talos's names. Plain data: parsing is `crate::config`'s job.
+//! machine's type, under Talos's names. Plain data: parsing is `crate::config`'s job, done once
+//! by the config controller; this module holds the result and never calls into `config`.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::{BlockView, Config, ConfigError, MachineView, NetworkView};
 use crate::cosi::{Registry, RegistryError, ResourceDefinition, ResourceSpec, Sensitivity};
 
 pub const NAMESPACE: &str = "config";
 
-/// The machine configuration, as the YAML text of all its documents. Id `v1alpha1` is the one
-/// in force; `persistent` is what is stored (ahead of it after a staged apply, behind it
-/// during a try). Sensitive: it holds the machine's keys and tokens.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A configuration text parsed and read once, by `MachineConfigController`: the documents and
+/// the typed views controllers act on. The machine view always read (a text whose machine
+/// part does not read is no configuration); the network and volume views keep their error,
+/// so that each of their readers reports it the same way and keeps the rest in force.
+#[derive(Debug)]
+pub struct ParsedConfig {
+    pub config: Config,
+    pub machine: MachineView,
+    pub network: Result<NetworkView, ConfigError>,
+    pub block: Result<BlockView, ConfigError>,
+}
+
+/// The machine configuration, as the YAML text of all its documents, with the text parsed.
+/// Id `v1alpha1` is the one in force; `persistent` is what is stored (ahead of it after a
+/// staged apply, behind it during a try). Sensitive: it holds the machine's keys and tokens.
+/// Only the text is serialized (what `talosctl get machineconfig` shows).
+#[derive(Clone, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct MachineConfig {
     pub yaml: String,
+    /// `None` only for a text that does not load: a stored one shown as it is, or one
+    /// decoded from its text. The one in force always has it.
+    #[serde(skip)]
+    parsed: Option<Arc<ParsedConfig>>,
 }
 
 impl MachineConfig {
     pub const ACTIVE_ID: &'static str = "v1alpha1";
     pub const PERSISTENT_ID: &'static str = "persistent";
 
-    /// The configuration in force on `state`, loaded; `None` when there is none or it does
-    /// not load (a caller outside the controllers that needs only a best-effort view of it).
-    pub fn active(state: &crate::cosi::State) -> Option<crate::config::Config> {
+    /// The text with what it parsed to.
+    pub fn new(yaml: impl Into<String>, parsed: ParsedConfig) -> Self {
+        MachineConfig { yaml: yaml.into(), parsed: Some(Arc::new(parsed)) }
+    }
+
+    /// A text that does not load, kept only to be shown.
+    pub fn unparsed(yaml: impl Into<String>) -> Self {
+        MachineConfig { yaml: yaml.into(), parsed: None }
+    }
+
+    /// The parsed configuration; `None` when the text does not load, which readers take as
+    /// no configuration (as the config controller does).
+    pub fn parsed(&self) -> Option<&Arc<ParsedConfig>> {
+        self.parsed.as_ref()
+    }
+
+    /// The configuration in force on `state`; `None` when there is none (a caller outside
+    /// the controllers that needs only a best-effort view of it).
+    pub fn active(state: &crate::cosi::State) -> Option<Config> {
         let mc = state.find::<MachineConfig>(NAMESPACE, Self::ACTIVE_ID).ok().flatten()?;
-        crate::config::load(&mc.spec().yaml).ok().map(|l| l.config)
+        mc.spec().parsed().map(|p| p.config.clone())
     }
 }
+
+/// The parse follows from the text, so the text alone says whether two specs differ.
+impl PartialEq for MachineConfig {
+    fn eq(&self, other: &Self) -> bool {
+        self.yaml == other.yaml
+    }
+}
+
+impl Eq for MachineConfig {}
 
 impl std::fmt::Debug for MachineConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -114,7 +160,7 @@ mod tests {
 
     #[test]
     fn specs_render_as_talos_does() {
-        let mc = MachineConfig { yaml: "version: v1alpha1\n".into() };
+        let mc = MachineConfig::unparsed("version: v1alpha1\n");
         assert_eq!(serde_json::to_value(&mc).unwrap(), serde_json::json!("version: v1alpha1\n"));
         let t = MachineTypeSpec { machine_type: MachineType::ControlPlane };
         assert_eq!(serde_saphyr::to_string(&t).unwrap().trim(), "controlplane");

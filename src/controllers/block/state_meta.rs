@@ -14,7 +14,7 @@ use crate::block::meta::MetaStore;
 use crate::config::block::SystemVolume;
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::resources::block::{self as blk, VolumePhase, VolumeStatus};
-use crate::resources::config::{self as cfg, MachineConfig};
+use crate::resources::config::{self as cfg, MachineConfig, ParsedConfig};
 use crate::resources::runtime::{self as rt, MetaKey};
 
 use super::system_disk::META_VOLUME;
@@ -30,11 +30,10 @@ impl StateEncryptionMetaController {
     }
 }
 
-/// What META should hold for STATE under `config` (the text in force): `None` when it does not
-/// encrypt STATE, or does not read (the volume configuration controller says why).
-pub fn wanted(config: &str) -> Option<String> {
-    let loaded = crate::config::load(config).ok()?;
-    let view = loaded.config.block().ok()?;
+/// What META should hold for STATE under `config` (the one in force): `None` when it does not
+/// encrypt STATE, or its volumes do not read (the volume configuration controller says why).
+pub fn wanted(config: &ParsedConfig) -> Option<String> {
+    let view = config.block.as_ref().ok()?;
     view.volume(SystemVolume::State)?.encryption.as_ref().map(|e| e.to_meta_json())
 }
 
@@ -61,7 +60,7 @@ impl Controller for StateEncryptionMetaController {
         else {
             return Ok(());
         };
-        let Some(want) = wanted(&mc.spec().yaml) else { return Ok(()) };
+        let Some(want) = mc.spec().parsed().and_then(|p| wanted(p)) else { return Ok(()) };
         let have =
             ctx.get::<MetaKey>(rt::NAMESPACE, &MetaKey::id(STATE_ENCRYPTION_TAG))?.map(|k| k.spec().value.clone());
         if have.as_deref() == Some(want.as_str()) {
@@ -88,6 +87,7 @@ impl Controller for StateEncryptionMetaController {
 mod tests {
     use super::*;
     use crate::block::meta;
+    use crate::controllers::config::machine_config::parse;
     use crate::cosi::Harness;
 
     const ENCRYPTED: &str = "version: v1alpha1\nmachine:\n  type: worker\n---\napiVersion: v1alpha1\nkind: VolumeConfig\nname: STATE\nencryption:\n  provider: luks2\n  keys:\n    - slot: 0\n      nodeID: {}\n";
@@ -105,12 +105,12 @@ mod tests {
             ..VolumeStatus::default()
         };
         h.seed(blk::NAMESPACE, META_VOLUME, status).unwrap();
-        h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: ENCRYPTED.into() }).unwrap();
+        h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(ENCRYPTED).unwrap()).unwrap();
         tokio::time::timeout(std::time::Duration::from_secs(10), writes.changed()).await.unwrap().unwrap();
         let m = meta::load(part.path()).unwrap();
         let kept = String::from_utf8(m.get(STATE_ENCRYPTION_TAG).unwrap().to_vec()).unwrap();
         assert_eq!(kept, r#"{"keys":[{"nodeID":{},"slot":0}],"provider":"luks2"}"#);
-        assert_eq!(Some(kept.clone()), wanted(ENCRYPTED));
+        assert_eq!(Some(kept.clone()), wanted(parse(ENCRYPTED).unwrap().parsed().unwrap()));
 
         // Once META shows it, nothing more is written, whatever the configuration says of
         // STATE: the same encryption, or none (the key is never removed).
@@ -119,7 +119,7 @@ mod tests {
         let settled = *writes.borrow_and_update();
         let plain = "version: v1alpha1\nmachine:\n  type: worker\n";
         for yaml in [plain, ENCRYPTED] {
-            h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: yaml.into() }).unwrap();
+            h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, parse(yaml).unwrap()).unwrap();
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
             assert_eq!(*writes.borrow_and_update(), settled, "nothing written for {yaml:?}");
         }

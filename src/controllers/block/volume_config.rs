@@ -504,10 +504,10 @@ impl Controller for VolumeConfigController {
         let mc = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?.filter(|mc| mc.is_running());
         let view = match mc {
             None => None,
-            Some(mc) => match crate::config::load(&mc.spec().yaml).and_then(|l| {
+            Some(mc) => match mc.spec().parsed().map_or(Ok(None), |p| {
                 let machine =
-                    l.config.v1alpha1().is_some_and(|d| d.value().get("machine").is_some_and(|m| !m.is_null()));
-                Ok(if machine { Some(l.config.block()?) } else { None })
+                    p.config.v1alpha1().is_some_and(|d| d.value().get("machine").is_some_and(|m| !m.is_null()));
+                if machine { p.block.clone().map(Some) } else { Ok(None) }
             }) {
                 Ok(view) => view,
                 Err(e) => {

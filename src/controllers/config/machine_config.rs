@@ -2,14 +2,17 @@
 //! (`v1alpha1` in force, `persistent` stored), the machine's type, and whether there is a
 //! configuration at all (`MachineConfigStatus`, which moves the machine out of maintenance).
 //!
-//! Woken by the store's watch channel. A text that no longer loads (a file edited by hand, a
-//! newer schema) is reported in the status and treated as no configuration, never half-used.
+//! Woken by the store's watch channel. This is where a configuration text is parsed, once:
+//! the resources carry the parsed configuration and its typed views, and every other reader
+//! takes them from there. A text that no longer loads (a file edited by hand, a newer schema)
+//! is reported in the status and treated as no configuration, never half-used.
 
 use tokio::sync::watch;
 
 use super::StoredConfig;
+use crate::config::ConfigError;
 use crate::cosi::{Changes, Context, Controller, EventSource, Input, Output, ReconcileError};
-use crate::resources::config::{self as cfg, MachineConfig, MachineType, MachineTypeSpec};
+use crate::resources::config::{self as cfg, MachineConfig, MachineType, MachineTypeSpec, ParsedConfig};
 use crate::resources::runtime::{self as rt, MachineConfigStatus};
 
 pub struct MachineConfigController {
@@ -24,15 +27,24 @@ impl MachineConfigController {
     }
 }
 
-fn machine_type(text: &str) -> Result<MachineType, String> {
-    let loaded = crate::config::load(text).map_err(|e| e.to_string())?;
-    let view = loaded.config.machine().map_err(|e| e.to_string())?;
-    Ok(match view.machine_type {
+/// Parses `text` into the resource every controller reads: the documents, the machine view
+/// (which must read), and the network and volume views with their errors kept for their
+/// readers to report.
+pub fn parse(text: &str) -> Result<MachineConfig, ConfigError> {
+    let config = crate::config::load(text)?.config;
+    let machine = config.machine()?;
+    let network = config.network();
+    let block = config.block();
+    Ok(MachineConfig::new(text, ParsedConfig { config, machine, network, block }))
+}
+
+fn machine_type(mc: &MachineConfig) -> MachineType {
+    match mc.parsed().and_then(|p| p.machine.machine_type) {
         Some(crate::config::MachineType::Init) => MachineType::Init,
         Some(crate::config::MachineType::ControlPlane) => MachineType::ControlPlane,
         Some(crate::config::MachineType::Worker) => MachineType::Worker,
         None => MachineType::Unknown,
-    })
+    }
 }
 
 #[async_trait::async_trait]
@@ -67,11 +79,14 @@ impl Controller for MachineConfigController {
             return Ok(());
         }
         let mut status = MachineConfigStatus { present: false, source: format!("none yet ({})", self.source) };
+        let mut active = None;
         if let Some(text) = &stored.active {
-            match machine_type(text) {
-                Ok(t) => {
-                    ctx.apply(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: text.to_string() })?;
-                    ctx.apply(cfg::NAMESPACE, MachineType::ID, MachineTypeSpec { machine_type: t })?;
+            match parse(text) {
+                Ok(mc) => {
+                    let machine_type = machine_type(&mc);
+                    active = Some(mc.clone());
+                    ctx.apply(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, mc)?;
+                    ctx.apply(cfg::NAMESPACE, MachineType::ID, MachineTypeSpec { machine_type })?;
                     status = MachineConfigStatus { present: true, source: self.source.clone() };
                 }
                 Err(e) => {
@@ -80,7 +95,13 @@ impl Controller for MachineConfigController {
             }
         }
         if let Some(text) = &stored.persisted {
-            ctx.apply(cfg::NAMESPACE, MachineConfig::PERSISTENT_ID, MachineConfig { yaml: text.to_string() })?;
+            // Usually the same text as the one in force, and then not parsed again; shown as
+            // stored whether or not it loads.
+            let mc = match active {
+                Some(mc) if mc.yaml == **text => mc,
+                _ => parse(text).unwrap_or_else(|_| MachineConfig::unparsed(text.to_string())),
+            };
+            ctx.apply(cfg::NAMESPACE, MachineConfig::PERSISTENT_ID, mc)?;
         }
         ctx.apply(rt::NAMESPACE, MachineConfigStatus::ID, status)?;
         ctx.cleanup_outputs()?;

@@ -72,11 +72,9 @@ impl Controller for TrustedRootsController {
     }
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
-        let config = match ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)? {
-            Some(mc) if mc.is_running() => Some(crate::config::load(&mc.spec().yaml)?.config),
-            _ => None,
-        };
-        let contents = bundle_for(&self.image_roots, config.as_ref());
+        let mc = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?.filter(|mc| mc.is_running());
+        let config = mc.as_ref().and_then(|mc| mc.spec().parsed()).map(|p| &p.config);
+        let contents = bundle_for(&self.image_roots, config);
         ctx.start_tracking_outputs();
         if !contents.is_empty() {
             let spec = EtcFileSpec { contents, mode: 0o644, selinux_label: String::new() };

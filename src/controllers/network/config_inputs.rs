@@ -31,8 +31,9 @@ pub(crate) fn network_view(ctx: &mut Context) -> Result<Option<NetworkView>, Rec
     if !mc.is_running() {
         return Ok(None);
     }
-    match crate::config::load(&mc.spec().yaml).and_then(|l| l.config.network()) {
-        Ok(view) => Ok(Some(view)),
+    let Some(parsed) = mc.spec().parsed() else { return Ok(None) };
+    match &parsed.network {
+        Ok(view) => Ok(Some(view.clone())),
         Err(e) => {
             ctx.fail_key(
                 Pointer::of::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID),
@@ -110,7 +111,8 @@ pub(crate) mod testing {
     use crate::resources::network::{HardwareAddress, LinkFlags, LinkStatus, LinkType, NAMESPACE};
 
     pub(crate) fn seed_config(h: &Harness, yaml: &str) {
-        h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, MachineConfig { yaml: yaml.into() }).unwrap();
+        let mc = crate::controllers::config::machine_config::parse(yaml).unwrap();
+        h.seed(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, mc).unwrap();
     }
 
     pub(crate) fn remove_config(h: &Harness) {

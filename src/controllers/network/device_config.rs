@@ -47,9 +47,9 @@ impl Controller for DeviceConfigController {
         ctx.start_tracking_outputs();
         if let Some(view) = network_view(ctx)?
             && let Some(mc) = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?
+            && let Some(parsed) = mc.spec().parsed()
         {
-            let loaded = crate::config::load(&mc.spec().yaml)?;
-            let written: Vec<serde_json::Value> = loaded
+            let written: Vec<serde_json::Value> = parsed
                 .config
                 .v1alpha1()
                 .and_then(|d| d.value().at(&Path::keys("machine.network.interfaces")).and_then(Value::as_list))

@@ -139,7 +139,7 @@ impl Controller for EtcFileController {
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let statics = match running(ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?) {
-            Some(mc) => static_hosts(&crate::config::load(&mc.spec().yaml)?.config),
+            Some(mc) => mc.spec().parsed().map(|p| static_hosts(&p.config)).unwrap_or_default(),
             None => Vec::new(),
         };
         let hostname = running(ctx.get::<HostnameStatus>(NAMESPACE, HostnameStatus::ID)?);

@@ -50,11 +50,8 @@ impl Controller for HostDnsConfigController {
 
     async fn reconcile(&mut self, ctx: &mut Context) -> Result<(), ReconcileError> {
         let mc = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?.filter(|r| r.is_running());
-        let config = match mc {
-            Some(mc) => Some(crate::config::load(&mc.spec().yaml)?.config),
-            None => None,
-        };
-        ctx.apply(NAMESPACE, HostDnsConfig::ID, host_dns_config(config.as_ref()))?;
+        let parsed = mc.as_ref().and_then(|mc| mc.spec().parsed());
+        ctx.apply(NAMESPACE, HostDnsConfig::ID, host_dns_config(parsed.map(|p| &p.config)))?;
         Ok(())
     }
 }

@@ -221,9 +221,9 @@ fn sort_algorithm(ctx: &Context) -> Result<AddressSortAlgorithm, ReconcileError>
     let Some(mc) = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)? else {
         return Ok(AddressSortAlgorithm::V1);
     };
-    let loaded = crate::config::load(&mc.spec().yaml)?;
+    let Some(parsed) = mc.spec().parsed() else { return Ok(AddressSortAlgorithm::V1) };
     let path = Path::keys("machine.features.nodeAddressSortAlgorithm");
-    let text = loaded.config.v1alpha1().and_then(|doc| doc.value().at(&path)).and_then(Value::as_str);
+    let text = parsed.config.v1alpha1().and_then(|doc| doc.value().at(&path)).and_then(Value::as_str);
     match text {
         None | Some("") => Ok(AddressSortAlgorithm::V1),
         Some(text) => Ok(AddressSortAlgorithm::from_str(text)?),

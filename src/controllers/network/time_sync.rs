@@ -267,11 +267,7 @@ impl Controller for TimeSyncController {
             return Ok(());
         };
         let mc = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?.filter(|r| r.is_running());
-        let config = match mc {
-            Some(mc) => Some(crate::config::load(&mc.spec().yaml)?.config),
-            None => None,
-        };
-        let settings = time_settings(config.as_ref());
+        let settings = time_settings(mc.as_ref().and_then(|mc| mc.spec().parsed()).map(|p| &p.config));
         let now = Instant::now();
         if settings.disabled {
             self.next = None;

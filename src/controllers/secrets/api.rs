@@ -177,12 +177,12 @@ impl Controller for ApiCertController {
             match current {
                 Some(c) => ApiCertificates { accepted_cas: root.accepted_cas.clone(), client: None, ..c },
                 None => {
-                    let mc = ctx
-                        .get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?
-                        .ok_or("no machine configuration in force")?;
-                    let view = crate::config::load(&mc.spec().yaml)?.config.machine()?;
+                    let mc = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?;
+                    let parsed = mc.as_ref().and_then(|mc| mc.spec().parsed());
+                    let view = &parsed.ok_or("no machine configuration in force")?.machine;
                     let endpoint = view
                         .control_plane_endpoint
+                        .as_ref()
                         .ok_or("a worker needs cluster.controlPlane.endpoint to reach trustd")?;
                     let cas: Vec<String> = root.accepted_cas.iter().map(|c| c.crt.clone()).collect();
                     let server = from_trustd(endpoint.host(), &root.token, &cas, &sans).await?;

@@ -30,8 +30,9 @@ impl Controller for RootController {
         ctx.start_tracking_outputs();
         if let Some(mc) = ctx.get::<MachineConfig>(cfg::NAMESPACE, MachineConfig::ACTIVE_ID)?
             && mc.is_running()
+            && let Some(parsed) = mc.spec().parsed()
         {
-            let view = crate::config::load(&mc.spec().yaml)?.config.machine()?;
+            let view = &parsed.machine;
             if let Some(ca) = &view.ca {
                 let crt = pem_text(&ca.crt);
                 let mut accepted = vec![Cert { crt: crt.clone() }];
