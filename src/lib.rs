@@ -22,5 +22,6 @@ pub mod platform;
 pub mod provision;
 pub mod resources;
 pub mod services;
+pub mod types;
 pub mod version;
 pub mod yaml;

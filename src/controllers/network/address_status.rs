@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
 use crate::kernel::netlink::{self, Groups, NetlinkError};
-use crate::resources::network::{AddressFlags, AddressStatus, Family, IpPrefix, NAMESPACE, Scope, address_id};
+use crate::resources::network::{AddressFlags, AddressStatus, Family, NAMESPACE, Scope, address_id};
 
 use super::{Connection, NetworkTarget};
 
@@ -24,7 +24,7 @@ impl AddressStatusController {
 
 /// The status of one kernel address on the link named `link_name`.
 pub(crate) fn address_status(address: &netlink::Address, link_name: &str) -> AddressStatus {
-    let prefix = IpPrefix::from(&address.prefix);
+    let prefix = address.prefix;
     AddressStatus {
         address: prefix,
         local: None,
