@@ -50,12 +50,14 @@ use talosbox::controllers::network::{
     RouteSpecController, merge_controllers,
 };
 use talosbox::cosi::{Controller, Resource, ResourceSpec, Runtime, State};
-use talosbox::kernel::netlink::{self as nl, Family as NlFamily, Netlink};
+use talosbox::kernel::netlink::{self as nl, Netlink};
 use talosbox::kernel::netns::NetNs;
 use talosbox::resources::network::{
-    AddressSpec, CONFIG_NAMESPACE, ConfigLayer, Dhcp4OperatorSpec, Family, IpPrefix, LinkSpec, Operator, OperatorSpec,
+    AddressSpec, CONFIG_NAMESPACE, ConfigLayer, Dhcp4OperatorSpec, Family, LinkSpec, Operator, OperatorSpec,
     RouteProtocol, RouteSpec, RouteType, RoutingTable, layered_id, operator_id,
 };
+use talosbox::types::Family as NlFamily;
+use talosbox::types::IpPrefix;
 use tokio_util::sync::CancellationToken;
 
 const LINK: &str = "nb0";
@@ -168,7 +170,7 @@ async fn snapshot(netlink: &Netlink, with_routes: bool) -> Outcome<Snapshot> {
     for a in netlink.addresses(Some(NlFamily::Inet4)).await.map_err(|e| e.to_string())? {
         let IpAddr::V4(v4) = a.prefix.addr() else { continue };
         if Some(a.link_index) == index {
-            s.addresses.insert((v4, a.prefix.len()));
+            s.addresses.insert((v4, a.prefix.bits()));
         }
         if !v4.is_loopback() {
             s.other_addresses += 1;
@@ -181,7 +183,7 @@ async fn snapshot(netlink: &Netlink, with_routes: bool) -> Outcome<Snapshot> {
             }
             s.main_routes += 1;
             if let IpAddr::V4(dst) = r.destination.addr()
-                && r.destination.len() == 32
+                && r.destination.bits() == 32
                 && r.gateway == Some(IpAddr::V4(GATEWAY))
                 && r.priority == METRIC
             {

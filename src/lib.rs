@@ -23,5 +23,6 @@ pub mod proto;
 pub mod provision;
 pub mod resources;
 pub mod services;
+pub mod types;
 pub mod version;
 pub mod yaml;

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use talosbox::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
 use talosbox::kernel::netlink::{
-    Address, Family, Groups, IpPrefix, Link, LinkKind, Netlink, NetlinkError, NetlinkEvents, OperState, Route, Scope,
-    TABLE_MAIN, address_flags,
+    Address, Groups, Link, LinkKind, Netlink, NetlinkError, NetlinkEvents, OperState, Route, Scope, TABLE_MAIN,
+    address_flags,
 };
 use talosbox::kernel::netns::NetNs;
+use talosbox::types::{Family, IpPrefix};
 
 const WAIT: Duration = Duration::from_secs(10);
 

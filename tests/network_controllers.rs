@@ -83,7 +83,7 @@ async fn kernel_eventually(
 }
 
 fn has(addresses: &[netlink::Address], index: u32, prefix: &str) -> Option<netlink::Address> {
-    let prefix: netlink::IpPrefix = prefix.parse().unwrap();
+    let prefix: talosbox::types::IpPrefix = prefix.parse().unwrap();
     addresses.iter().find(|a| a.link_index == index && a.prefix == prefix).cloned()
 }
 

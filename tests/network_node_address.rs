@@ -11,7 +11,8 @@ use talosbox::controllers::network::{
 };
 use talosbox::cosi::{Controller, Harness};
 use talosbox::kernel::netns::NetNs;
-use talosbox::resources::network::{IpPrefix, NAMESPACE, NetworkStatus, NodeAddress};
+use talosbox::resources::network::{NAMESPACE, NetworkStatus, NodeAddress};
+use talosbox::types::IpPrefix;
 
 fn fresh_ns() -> NetNs {
     assert!(

@@ -121,7 +121,7 @@ fn default_via<'a>(routes: &'a [netlink::Route], gw: &str, table: u32) -> Option
 }
 
 fn has_address(addresses: &[netlink::Address], prefix: &str) -> bool {
-    let prefix: netlink::IpPrefix = prefix.parse().unwrap();
+    let prefix: talosbox::types::IpPrefix = prefix.parse().unwrap();
     addresses.iter().any(|a| a.prefix == prefix)
 }
 

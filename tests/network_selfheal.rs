@@ -261,7 +261,7 @@ struct Seen {
 
 impl Seen {
     fn address(&self, prefix: &str) -> Option<&netlink::Address> {
-        let prefix: netlink::IpPrefix = prefix.parse().unwrap();
+        let prefix: talosbox::types::IpPrefix = prefix.parse().unwrap();
         self.addresses.iter().find(|a| a.prefix == prefix)
     }
 
@@ -648,7 +648,7 @@ async fn a_dhcpv6_address_flushed_by_a_flap_comes_back() {
         k.addresses
             .iter()
             .find(|a| {
-                a.prefix.len() == 128
+                a.prefix.bits() == 128
                     && matches!(a.prefix.addr(), IpAddr::V6(v6) if v6.segments()[..7] == [0xfd00, 9, 0, 0, 0, 0, 0]
                     && (0x100..=0x1ff).contains(&v6.segments()[7]))
             })

@@ -18,52 +18,31 @@ use super::document::{Config, Document};
 use super::reader::R;
 use super::typed::{Hostname, TimeServer};
 use super::value::Path;
+use crate::types::IpPrefix;
 
-/// An address with its prefix length, host bits kept (`192.168.1.2/24`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cidr {
-    pub addr: IpAddr,
-    pub bits: u8,
+/// A CIDR as the configuration takes it (`192.168.1.2/24`, host bits kept): the length in
+/// at most three digits, leading zeros taken. This is the configuration's own rule, kept at
+/// its edge, and looser than [`IpPrefix`]'s `FromStr` (Go's `netip.ParsePrefix`, no leading
+/// zero), so a config accepted before is accepted still.
+fn parse_cidr(s: &str) -> Result<IpPrefix, String> {
+    let bad = || format!("{s:?} is not a CIDR");
+    let (addr, bits) = s.split_once('/').ok_or_else(bad)?;
+    let addr: IpAddr = addr.parse().map_err(|_| bad())?;
+    if bits.is_empty() || !bits.bytes().all(|b| b.is_ascii_digit()) || bits.len() > 3 {
+        return Err(bad());
+    }
+    let bits: u8 = bits.parse().map_err(|_| bad())?;
+    IpPrefix::new(addr, bits).map_err(|_| bad())
 }
 
-impl Cidr {
-    fn max_bits(addr: &IpAddr) -> u8 {
-        if addr.is_ipv4() { 32 } else { 128 }
-    }
-
-    /// A CIDR, or (as Talos's `parseIPOrIPPrefix` for v1alpha1 interface addresses) a bare
-    /// address taken as a full-length prefix.
-    fn parse_or_host(s: &str) -> Result<Cidr, String> {
-        if s.contains('/') {
-            Cidr::try_from(s)
-        } else {
-            let addr: IpAddr = s.parse().map_err(|_| format!("{s:?} is not a CIDR"))?;
-            Ok(Cidr { addr, bits: Cidr::max_bits(&addr) })
-        }
-    }
-}
-
-impl TryFrom<&str> for Cidr {
-    type Error = String;
-
-    fn try_from(s: &str) -> Result<Self, String> {
-        let bad = || format!("{s:?} is not a CIDR");
-        let (addr, bits) = s.split_once('/').ok_or_else(bad)?;
-        let addr: IpAddr = addr.parse().map_err(|_| bad())?;
-        if bits.is_empty() || !bits.bytes().all(|b| b.is_ascii_digit()) || bits.len() > 3 {
-            return Err(bad());
-        }
-        let bits: u8 = bits.parse().map_err(|_| bad())?;
-        if bits > Cidr::max_bits(&addr) {
-            return Err(bad());
-        }
-        Ok(Cidr { addr, bits })
-    }
-}
-
-impl std::fmt::Display for Cidr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.addr, self.bits)
+/// A CIDR, or (as Talos's `parseIPOrIPPrefix` for v1alpha1 interface addresses) a bare
+/// address taken as a full-length prefix.
+fn parse_cidr_or_host(s: &str) -> Result<IpPrefix, String> {
+    if s.contains('/') {
+        parse_cidr(s)
+    } else {
+        let addr: IpAddr = s.parse().map_err(|_| format!("{s:?} is not a CIDR"))?;
+        Ok(IpPrefix::host(addr))
     }
 }
 
@@ -103,7 +82,7 @@ pub struct DeviceSelector {
 /// the default route.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Route {
-    pub destination: Option<Cidr>,
+    pub destination: Option<IpPrefix>,
     pub gateway: Option<IpAddr>,
     pub source: Option<IpAddr>,
     /// `None`: the default metric.
@@ -196,7 +175,7 @@ pub struct Bridge {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Vlan {
     pub vlan_id: u16,
-    pub addresses: Vec<Cidr>,
+    pub addresses: Vec<IpPrefix>,
     pub routes: Vec<Route>,
     pub dhcp: bool,
     pub mtu: u32,
@@ -210,7 +189,7 @@ pub struct Device {
     pub index: usize,
     pub interface: Option<String>,
     pub selector: Option<DeviceSelector>,
-    pub addresses: Vec<Cidr>,
+    pub addresses: Vec<IpPrefix>,
     pub routes: Vec<Route>,
     pub bond: Option<Bond>,
     pub bridge: Option<Bridge>,
@@ -234,7 +213,7 @@ impl Device {
 /// An address of a link document (`addresses[]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinkAddress {
-    pub address: Cidr,
+    pub address: IpPrefix,
     pub route_priority: Option<u32>,
 }
 
@@ -361,7 +340,7 @@ impl R<'_> {
             .map(|i| {
                 let p = path.index(i);
                 Ok(Route {
-                    destination: self.parse(&p.key("network"), |s| Cidr::try_from(s))?,
+                    destination: self.parse(&p.key("network"), parse_cidr)?,
                     gateway: self.parse(&p.key("gateway"), ip)?,
                     source: self.parse(&p.key("source"), ip)?,
                     metric: self.int::<u32>(&p.key("metric"))?.filter(|m| *m != 0),
@@ -378,7 +357,7 @@ impl R<'_> {
             .map(|i| {
                 let p = path.index(i);
                 Ok(Route {
-                    destination: self.parse(&p.key("destination"), |s| Cidr::try_from(s))?,
+                    destination: self.parse(&p.key("destination"), parse_cidr)?,
                     gateway: self.parse(&p.key("gateway"), ip)?,
                     source: self.parse(&p.key("source"), ip)?,
                     metric: self.int(&p.key("metric"))?,
@@ -445,9 +424,9 @@ impl R<'_> {
         if interface.is_some() == selector.is_some() {
             return Err(self.invalid(path, "exactly one of interface and deviceSelector must be set"));
         }
-        let mut addresses = self.parse_list(&path.key("addresses"), Cidr::parse_or_host)?;
+        let mut addresses = self.parse_list(&path.key("addresses"), parse_cidr_or_host)?;
         // `cidr` is the deprecated single-address form.
-        if let Some(cidr) = self.parse(&path.key("cidr"), Cidr::parse_or_host)? {
+        if let Some(cidr) = self.parse(&path.key("cidr"), parse_cidr_or_host)? {
             addresses.insert(0, cidr);
         }
         let bond = if self.has(&path.key("bond")) {
@@ -478,8 +457,8 @@ impl R<'_> {
                 if !(1..=4094).contains(&vlan_id) {
                     return Err(self.invalid(&p.key("vlanId"), "a VLAN id must be 1 to 4094"));
                 }
-                let mut addresses = self.parse_list(&p.key("addresses"), |s| Cidr::try_from(s))?;
-                if let Some(cidr) = self.parse(&p.key("cidr"), |s| Cidr::try_from(s))? {
+                let mut addresses = self.parse_list(&p.key("addresses"), parse_cidr)?;
+                if let Some(cidr) = self.parse(&p.key("cidr"), parse_cidr)? {
                     addresses.insert(0, cidr);
                 }
                 Ok(Vlan {
@@ -549,7 +528,7 @@ impl R<'_> {
             .map(|i| {
                 let p = root.key("addresses").index(i);
                 let address = self
-                    .parse(&p.key("address"), |s| Cidr::try_from(s))?
+                    .parse(&p.key("address"), parse_cidr)?
                     .ok_or_else(|| self.invalid(&p.key("address"), "an address is required"))?;
                 Ok(LinkAddress { address, route_priority: self.int(&p.key("routePriority"))? })
             })
@@ -762,17 +741,17 @@ mod tests {
         load(text).unwrap().config.network()
     }
 
-    fn cidr(s: &str) -> Cidr {
-        Cidr::try_from(s).unwrap()
+    fn cidr(s: &str) -> IpPrefix {
+        parse_cidr(s).unwrap()
     }
 
     #[test]
     fn values_accept_and_refuse() {
         assert_eq!(cidr("192.168.1.2/24").to_string(), "192.168.1.2/24");
-        assert_eq!(Cidr::parse_or_host("10.0.0.1").unwrap().to_string(), "10.0.0.1/32");
-        assert_eq!(Cidr::parse_or_host("fd00::1").unwrap().to_string(), "fd00::1/128");
+        assert_eq!(parse_cidr_or_host("10.0.0.1").unwrap().to_string(), "10.0.0.1/32");
+        assert_eq!(parse_cidr_or_host("fd00::1").unwrap().to_string(), "fd00::1/128");
         for bad in ["10.0.0.1", "10.0.0.1/33", "x/24", "10.0.0.1/", "::1/129", "10.0.0.1/-1"] {
-            assert_eq!(Cidr::try_from(bad).unwrap_err(), format!("{bad:?} is not a CIDR"));
+            assert_eq!(parse_cidr(bad).unwrap_err(), format!("{bad:?} is not a CIDR"));
         }
         assert_eq!(Mac::try_from("52:54:00:AB:cd:01").unwrap().0, [0x52, 0x54, 0, 0xab, 0xcd, 1]);
         assert!(Mac::try_from("52:54:0").is_err());

@@ -16,10 +16,11 @@ use std::net::IpAddr;
 use crate::kernel::cmdline::Cmdline;
 use crate::resources::network::{
     AddressSpec, BondMasterSpec, BondSlave, ConfigLayer, DEFAULT_ROUTE_METRIC, Dhcp4OperatorSpec, Family, HostnameSpec,
-    IpPrefix, LINK_KIND_BOND, LINK_KIND_VLAN, LinkSpec, LinkType, NetworkValueError, Operator, OperatorSpec,
-    ResolverSpec, RouteProtocol, RouteSpec, RouteType, RoutingTable, Scope, TimeServerSpec, VlanProtocol, VlanSpec,
-    netmask_bits, vlan_link_name,
+    LINK_KIND_BOND, LINK_KIND_VLAN, LinkSpec, LinkType, NetworkValueError, Operator, OperatorSpec, ResolverSpec,
+    RouteProtocol, RouteSpec, RouteType, RoutingTable, Scope, TimeServerSpec, VlanProtocol, VlanSpec, netmask_bits,
+    vlan_link_name,
 };
+use crate::types::IpPrefix;
 
 pub const PARAM_IP: &str = "ip";
 pub const PARAM_HOSTNAME: &str = "talos.hostname";
@@ -249,7 +250,7 @@ fn parse_ip_fields(value: &str, fields: &[String], links: &LinkResolver) -> Resu
         };
         let bad = |reason: &str| invalid(PARAM_IP, value, format!("netmask {netmask:?}: {reason}"));
         let bits = bits.ok_or_else(|| bad("not a prefix length or a contiguous mask"))?;
-        address = Some(IpPrefix::new(client, bits).map_err(|e| bad(&reason_of(e)))?);
+        address = Some(IpPrefix::new(client, bits).map_err(|e| bad(&e.reason()))?);
     }
     let hostname = Some(field(4).to_string()).filter(|h| !h.is_empty());
     let link_name = match field(5) {

@@ -13,26 +13,23 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use crate::config::network::{
-    BondOptions, Cidr, Device, DeviceSelector, DhcpConfig, DhcpOptions, LinkKind, NetworkView, Route, glob_match,
+    BondOptions, Device, DeviceSelector, DhcpConfig, DhcpOptions, LinkKind, NetworkView, Route, glob_match,
 };
 use crate::network::cmdline::LinkResolver;
 use crate::resources::network::{
     AdLacpActive, AdSelect, AddressFlags, AddressSpec, ArpAllTargets, ArpValidate, BondMasterSpec, BondMode, BondSlave,
     BondXmitHashPolicy, BridgeMasterSpec, BridgeSlave, BridgeVlanSpec, ClientIdentifier, ClientIdentifierSpec,
     ConfigLayer, DEFAULT_ROUTE_METRIC, Dhcp4OperatorSpec, Dhcp6OperatorSpec, FailOverMac, Family, HardwareAddress,
-    HostnameSpec, IpPrefix, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VLAN, LacpRate, LinkSpec,
-    LinkStatus, LinkType, Operator, OperatorSpec, PrimaryReselect, ResolverSpec, RouteProtocol, RouteSpec, RouteType,
-    RoutingTable, Scope, StpSpec, TimeServerSpec, VlanProtocol, VlanSpec, vlan_link_name,
+    HostnameSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VLAN, LacpRate, LinkSpec, LinkStatus,
+    LinkType, Operator, OperatorSpec, PrimaryReselect, ResolverSpec, RouteProtocol, RouteSpec, RouteType, RoutingTable,
+    Scope, StpSpec, TimeServerSpec, VlanProtocol, VlanSpec, vlan_link_name,
 };
+use crate::types::IpPrefix;
 
 /// Talos's default DNS servers (`DefaultPrimaryResolver`, `DefaultSecondaryResolver`).
 pub const DEFAULT_RESOLVERS: [&str; 2] = ["1.1.1.1", "8.8.8.8"];
 /// Talos's default NTP server (`DefaultNTPServer`), spoken to with NTS.
 pub const DEFAULT_TIME_SERVER: &str = "time.cloudflare.com";
-
-fn prefix(c: &Cidr) -> Option<IpPrefix> {
-    IpPrefix::new(c.addr, c.bits).ok()
-}
 
 /// Whether `selector` picks the link (Talos's `selectDevices`): every glob it sets matches,
 /// and `physical`, when set, agrees; a selector that sets nothing picks nothing.
@@ -116,10 +113,10 @@ pub fn ignored_links(devices: &[Device], links: &LinkResolver) -> BTreeSet<Strin
 // ---------------------------------------------------------------------------------------------
 // Addresses
 
-fn static_address(link: &str, address: &Cidr, priority: u32, layer: ConfigLayer) -> Option<AddressSpec> {
-    let mut spec = AddressSpec::static_address(link, prefix(address)?, layer);
+fn static_address(link: &str, address: &IpPrefix, priority: u32, layer: ConfigLayer) -> AddressSpec {
+    let mut spec = AddressSpec::static_address(link, *address, layer);
     spec.priority = priority;
-    Some(spec)
+    spec
 }
 
 /// The loopback address every node has, at the default layer (Talos's `loopbackDefaults`:
@@ -147,19 +144,17 @@ pub fn address_specs(
 ) -> Vec<AddressSpec> {
     let mut out = Vec::new();
     for (device, name) in active(devices, links) {
-        out.extend(device.addresses.iter().filter_map(|a| static_address(&name, a, 0, layer)));
+        out.extend(device.addresses.iter().map(|a| static_address(&name, a, 0, layer)));
         let original = device.interface.as_deref().unwrap_or_default();
         for vlan in &device.vlans {
             let vlan_name = vlan_link_name(original, vlan.vlan_id);
-            out.extend(vlan.addresses.iter().filter_map(|a| static_address(&vlan_name, a, 0, layer)));
+            out.extend(vlan.addresses.iter().map(|a| static_address(&vlan_name, a, 0, layer)));
         }
     }
     for doc in &view.links {
         let name = links.resolve(&doc.name);
         out.extend(
-            doc.addresses
-                .iter()
-                .filter_map(|a| static_address(&name, &a.address, a.route_priority.unwrap_or(0), layer)),
+            doc.addresses.iter().map(|a| static_address(&name, &a.address, a.route_priority.unwrap_or(0), layer)),
         );
     }
     out
@@ -171,7 +166,7 @@ pub fn address_specs(
 /// One route as Talos's `RouteConfigController` builds it.
 fn route(link: &str, route: &Route, layer: ConfigLayer) -> RouteSpec {
     let mut spec = RouteSpec {
-        destination: route.destination.as_ref().and_then(prefix),
+        destination: route.destination,
         gateway: route.gateway,
         source: route.source,
         ..RouteSpec::default()

@@ -15,10 +15,11 @@ use serde::Deserialize;
 
 use crate::resources::network::{
     AdLacpActive, AddressSpec, BondMasterSpec, BondMode, BondSlave, BondXmitHashPolicy, ConfigLayer,
-    DEFAULT_ROUTE_METRIC, Dhcp4OperatorSpec, Dhcp6OperatorSpec, Family, IpPrefix, LINK_KIND_BOND, LINK_KIND_VLAN,
-    LacpRate, LinkSpec, LinkStatus, LinkType, Operator, OperatorSpec, ResolverSpec, RouteProtocol, RouteSpec,
-    RouteType, RoutingTable, Scope, VlanProtocol, VlanSpec, netmask_bits,
+    DEFAULT_ROUTE_METRIC, Dhcp4OperatorSpec, Dhcp6OperatorSpec, Family, LINK_KIND_BOND, LINK_KIND_VLAN, LacpRate,
+    LinkSpec, LinkStatus, LinkType, Operator, OperatorSpec, ResolverSpec, RouteProtocol, RouteSpec, RouteType,
+    RoutingTable, Scope, VlanProtocol, VlanSpec, netmask_bits,
 };
+use crate::types::IpPrefix;
 
 const LAYER: ConfigLayer = ConfigLayer::Platform;
 
@@ -190,7 +191,7 @@ fn ip(link: &str, what: &'static str, s: &str) -> Result<IpAddr, NocloudError> {
 }
 
 fn cidr(link: &str, s: &str) -> Result<IpPrefix, NocloudError> {
-    s.parse().map_err(|e: crate::resources::network::NetworkValueError| invalid(link, "address", s, e.to_string()))
+    s.parse().map_err(|e: crate::types::PrefixError| invalid(link, "address", s, e.to_string()))
 }
 
 fn named<T: std::str::FromStr + Default>(link: &str, what: &'static str, s: &str) -> Result<T, NocloudError> {
@@ -422,9 +423,8 @@ fn v2_ethernet(
             "default" => "::/0".to_string(),
             other => other.to_string(),
         };
-        let destination: IpPrefix = to.parse().map_err(|e: crate::resources::network::NetworkValueError| {
-            invalid(name, "route to", &r.to, e.to_string())
-        })?;
+        let destination: IpPrefix =
+            to.parse().map_err(|e: crate::types::PrefixError| invalid(name, "route to", &r.to, e.to_string()))?;
         let table = if r.table == 0 { RoutingTable::MAIN } else { RoutingTable(r.table) };
         let mut priority = if r.metric == 0 { DEFAULT_ROUTE_METRIC } else { r.metric };
         if gw.is_ipv6() && priority == DEFAULT_ROUTE_METRIC {

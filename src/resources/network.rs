@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::controllers::generic_merge::Mergeable;
 use crate::cosi::{PrintColumn, Registry, RegistryError, ResourceDefinition, ResourceSpec, Sensitivity};
+use crate::types::IpPrefix;
 
 /// Merged desired specs and observed statuses.
 pub const NAMESPACE: &str = "network";
@@ -514,78 +515,6 @@ flag_set! {
 // ---------------------------------------------------------------------------------------------
 // Addresses, prefixes, hardware addresses
 
-/// An address with its prefix length (`10.0.0.2/24`, `2001:db8::a/64`): Go's `netip.Prefix`.
-/// The address keeps its host bits; [`IpPrefix::network`] masks them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct IpPrefix {
-    addr: IpAddr,
-    bits: u8,
-}
-
-/// The kernel's prefix holds the same invariant, so it converts without a check.
-impl From<&crate::kernel::netlink::IpPrefix> for IpPrefix {
-    fn from(p: &crate::kernel::netlink::IpPrefix) -> IpPrefix {
-        IpPrefix { addr: p.addr(), bits: p.len() }
-    }
-}
-
-impl IpPrefix {
-    pub fn new(addr: IpAddr, bits: u8) -> Result<IpPrefix, NetworkValueError> {
-        let max = max_bits(&addr);
-        if bits > max {
-            return Err(NetworkValueError::Invalid {
-                kind: "prefix",
-                value: format!("{addr}/{bits}"),
-                reason: format!("prefix length must be at most {max}"),
-            });
-        }
-        Ok(IpPrefix { addr, bits })
-    }
-
-    /// The address alone, as a full-length prefix (`/32`, `/128`).
-    pub fn host(addr: IpAddr) -> IpPrefix {
-        IpPrefix { addr, bits: max_bits(&addr) }
-    }
-
-    pub fn addr(&self) -> IpAddr {
-        self.addr
-    }
-
-    pub fn bits(&self) -> u8 {
-        self.bits
-    }
-
-    pub fn family(&self) -> Family {
-        Family::of(&self.addr)
-    }
-
-    /// The prefix with the host bits cleared.
-    pub fn network(&self) -> IpPrefix {
-        IpPrefix { addr: mask(self.addr, self.bits), bits: self.bits }
-    }
-
-    pub fn contains(&self, ip: &IpAddr) -> bool {
-        ip.is_ipv4() == self.addr.is_ipv4() && mask(*ip, self.bits) == mask(self.addr, self.bits)
-    }
-}
-
-fn max_bits(addr: &IpAddr) -> u8 {
-    if addr.is_ipv4() { 32 } else { 128 }
-}
-
-fn mask(addr: IpAddr, bits: u8) -> IpAddr {
-    match addr {
-        IpAddr::V4(a) => {
-            let m = if bits == 0 { 0 } else { u32::MAX << (32 - u32::from(bits)) };
-            IpAddr::V4((u32::from(a) & m).into())
-        }
-        IpAddr::V6(a) => {
-            let m = if bits == 0 { 0 } else { u128::MAX << (128 - u32::from(bits)) };
-            IpAddr::V6((u128::from(a) & m).into())
-        }
-    }
-}
-
 /// The prefix length of a netmask (`255.255.255.0` → 24); `None` when its ones are not
 /// contiguous.
 pub fn netmask_bits(netmask: &IpAddr) -> Option<u8> {
@@ -595,43 +524,6 @@ pub fn netmask_bits(netmask: &IpAddr) -> Option<u8> {
     };
     let ones = value.leading_ones();
     (value.checked_shl(ones).unwrap_or(0) == 0 && ones <= width).then_some(ones as u8)
-}
-
-impl fmt::Display for IpPrefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.bits)
-    }
-}
-
-impl FromStr for IpPrefix {
-    type Err = NetworkValueError;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let invalid = |reason: &str| NetworkValueError::Invalid {
-            kind: "prefix",
-            value: s.to_string(),
-            reason: reason.to_string(),
-        };
-        let (addr, bits) = s.split_once('/').ok_or_else(|| invalid("missing /<prefix length>"))?;
-        let addr: IpAddr = addr.parse().map_err(|_| invalid("not an IP address"))?;
-        if bits.is_empty() || !bits.bytes().all(|b| b.is_ascii_digit()) || (bits.len() > 1 && bits.starts_with('0')) {
-            return Err(invalid("bad prefix length"));
-        }
-        let bits: u8 = bits.parse().map_err(|_| invalid("bad prefix length"))?;
-        IpPrefix::new(addr, bits).map_err(|_| invalid("prefix length too long"))
-    }
-}
-
-impl Serialize for IpPrefix {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for IpPrefix {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(deserializer)?;
-        s.parse().map_err(de::Error::custom)
-    }
 }
 
 /// A MAC (or other link-layer) address, shown as colon-separated hex (`52:54:00:12:34:56`).
@@ -745,7 +637,7 @@ impl AddressSpec {
         AddressSpec {
             address,
             link_name: link_name.to_string(),
-            family: address.family(),
+            family: Family::of(&address.addr()),
             scope: Scope::GLOBAL,
             flags: AddressFlags::PERMANENT,
             announce_with_arp: false,
@@ -889,7 +781,7 @@ impl RouteSpec {
             && dst.bits() == 0
             && unspecified(&dst.addr())
         {
-            self.family = dst.family();
+            self.family = Family::of(&dst.addr());
             self.destination = None;
         }
         if let Some(gw) = self.gateway.filter(unspecified) {

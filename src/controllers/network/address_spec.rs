@@ -38,8 +38,8 @@ impl KernelSpec for AddressSpec {
 }
 
 /// The kernel's form of a spec's address.
-pub(crate) fn kernel_prefix(prefix: &crate::resources::network::IpPrefix) -> netlink::IpPrefix {
-    netlink::IpPrefix::from(prefix)
+pub(crate) fn kernel_prefix(prefix: &crate::types::IpPrefix) -> crate::types::IpPrefix {
+    *prefix
 }
 
 /// What the kernel must hold for `spec` on link `link_index`.
@@ -81,7 +81,7 @@ pub(crate) enum Step {
 
 /// The kernel's addresses by link and prefix, listed once per reconcile, so each spec's
 /// lookup is O(1) rather than a scan (a thousand addresses would make a reconcile O(N²)).
-pub(crate) type KernelAddresses = HashMap<(u32, netlink::IpPrefix), netlink::Address>;
+pub(crate) type KernelAddresses = HashMap<(u32, crate::types::IpPrefix), netlink::Address>;
 
 pub(crate) fn index_addresses(kernel: Vec<netlink::Address>) -> KernelAddresses {
     let mut by_key = KernelAddresses::with_capacity(kernel.len());
@@ -105,7 +105,7 @@ pub(crate) fn step(
         (true, None) => Step::Nothing,
         (false, Some(existing)) if matches(existing, &want) => Step::Nothing,
         (false, Some(existing))
-            if want.family() == netlink::Family::Inet4
+            if want.family() == crate::types::Family::Inet4
                 && matches(existing, &netlink::Address { priority: existing.priority, ..want.clone() }) =>
         {
             Step::SetPriority(want)

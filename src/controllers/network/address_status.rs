@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
-use crate::resources::network::{AddressFlags, AddressStatus, Family, IpPrefix, Scope, address_id};
+use crate::resources::network::{AddressFlags, AddressStatus, Family, Scope, address_id};
 
 use super::NetworkTarget;
 use super::status_observe::{KernelStatus, StatusController};
@@ -22,7 +22,7 @@ impl AddressStatusController {
 
 /// The status of one kernel address on the link named `link_name`.
 pub(crate) fn address_status(address: &netlink::Address, link_name: &str) -> AddressStatus {
-    let prefix = IpPrefix::from(&address.prefix);
+    let prefix = address.prefix;
     AddressStatus {
         address: prefix,
         local: None,

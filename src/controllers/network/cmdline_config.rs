@@ -121,8 +121,9 @@ impl Controller for CmdlineConfigController {
 mod tests {
     use super::*;
     use crate::cosi::Harness;
+    use crate::resources::network::Operator;
     use crate::resources::network::{AddressSpec, LinkSpec, OperatorSpec, RouteSpec};
-    use crate::resources::network::{IpPrefix, Operator};
+    use crate::types::IpPrefix;
 
     fn seed_cmdline(h: &Harness, text: &str) {
         h.seed(runtime::NAMESPACE, KernelCmdline::ID, KernelCmdline { cmdline: text.into() }).unwrap();

@@ -170,7 +170,8 @@ mod tests {
     use super::*;
     use crate::config::golden;
     use crate::cosi::Harness;
-    use crate::resources::network::{AddressSortAlgorithm, IpPrefix};
+    use crate::resources::network::AddressSortAlgorithm;
+    use crate::types::IpPrefix;
 
     const TESTDATA: &str = "src/controllers/network/testdata/etc";
 

@@ -122,7 +122,8 @@ mod tests {
     use super::super::config_inputs::testing::*;
     use super::*;
     use crate::cosi::Harness;
-    use crate::resources::network::{CONFIG_NAMESPACE, IpPrefix, LinkType};
+    use crate::resources::network::{CONFIG_NAMESPACE, LinkType};
+    use crate::types::IpPrefix;
 
     fn node_address(addrs: &[&str]) -> NodeAddress {
         NodeAddress { addresses: addrs.iter().map(|a| a.parse::<IpPrefix>().unwrap()).collect(), ..Default::default() }

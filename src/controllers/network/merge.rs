@@ -37,7 +37,8 @@ pub fn merge_controllers() -> Vec<Box<dyn Controller>> {
 mod tests {
     use super::*;
     use crate::cosi::Harness;
-    use crate::resources::network::{ConfigLayer, IpPrefix, layered_id};
+    use crate::resources::network::{ConfigLayer, layered_id};
+    use crate::types::IpPrefix;
 
     #[test]
     fn names_follow_talos() {

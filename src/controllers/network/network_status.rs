@@ -72,7 +72,8 @@ impl Controller for NetworkStatusController {
 mod tests {
     use super::*;
     use crate::cosi::Harness;
-    use crate::resources::network::{AddressSortAlgorithm, IpPrefix};
+    use crate::resources::network::AddressSortAlgorithm;
+    use crate::types::IpPrefix;
 
     fn route(dst: Option<&str>) -> RouteStatus {
         RouteStatus { destination: dst.map(|d| d.parse().unwrap()), ..RouteStatus::default() }

@@ -21,9 +21,10 @@ use crate::config::{Path, Value};
 use crate::cosi::{Context, Controller, Input, Output, ReconcileError};
 use crate::resources::config::{self as cfg, MachineConfig};
 use crate::resources::network::{
-    AddressSortAlgorithm, AddressStatus, IpPrefix, LinkStatus, NAMESPACE, NodeAddress, NodeAddressFilter,
-    OperationalState, Scope, filtered_node_address_id,
+    AddressSortAlgorithm, AddressStatus, LinkStatus, NAMESPACE, NodeAddress, NodeAddressFilter, OperationalState,
+    Scope, filtered_node_address_id,
 };
+use crate::types::IpPrefix;
 
 /// The link Talos puts a platform's external (cloud NAT) addresses on.
 pub(crate) const EXTERNAL_LINK: &str = "external";
@@ -298,7 +299,7 @@ mod tests {
             multicast: None,
             link_index: index,
             link_name: link.into(),
-            family: address.family(),
+            family: crate::resources::network::Family::of(&address.addr()),
             scope,
             flags: AddressFlags::PERMANENT,
             priority: 0,

@@ -291,7 +291,8 @@ mod tests {
     use super::*;
     use crate::cosi::Harness;
     use crate::network::operator::OperatorSpecs;
-    use crate::resources::network::{ConfigLayer, Dhcp4OperatorSpec, IpPrefix};
+    use crate::resources::network::{ConfigLayer, Dhcp4OperatorSpec};
+    use crate::types::IpPrefix;
     use std::sync::Mutex;
     use tokio::sync::watch;
 

@@ -34,8 +34,8 @@ impl RouteSpecController {
     }
 }
 
-pub(crate) fn kernel_family(family: Family) -> netlink::Family {
-    if family == Family::INET6 { netlink::Family::Inet6 } else { netlink::Family::Inet4 }
+pub(crate) fn kernel_family(family: Family) -> crate::types::Family {
+    if family == Family::INET6 { crate::types::Family::Inet6 } else { crate::types::Family::Inet4 }
 }
 
 /// What the kernel must hold for `spec`, its links' indexes looked up in `links`; and
@@ -60,7 +60,7 @@ pub(crate) fn wanted(spec: &RouteSpec, links: &HashMap<String, u32>) -> (netlink
         .collect();
     let family = kernel_family(spec.family);
     let destination =
-        spec.destination.map(|d| kernel_prefix(&d).network()).unwrap_or_else(|| netlink::IpPrefix::any(family));
+        spec.destination.map(|d| kernel_prefix(&d).network()).unwrap_or_else(|| crate::types::IpPrefix::any(family));
     let route = netlink::Route {
         destination,
         gateway: spec.gateway,
@@ -84,7 +84,9 @@ pub(crate) fn wanted(spec: &RouteSpec, links: &HashMap<String, u32>) -> (netlink
 /// 1024.
 fn is_match(route: &netlink::Route, want: &netlink::Route) -> bool {
     let metric = route.priority == want.priority
-        || (want.family() == netlink::Family::Inet6 && want.priority == 0 && route.priority == DEFAULT_ROUTE_METRIC);
+        || (want.family() == crate::types::Family::Inet6
+            && want.priority == 0
+            && route.priority == DEFAULT_ROUTE_METRIC);
     route.family() == want.family()
         && route.destination == want.destination
         && route.gateway == want.gateway
@@ -114,7 +116,7 @@ pub(crate) struct Step {
 /// The kernel's routes by what [`is_match`] compares but the metric (destination — and with
 /// it the family —, gateway, table), listed once per reconcile, so each spec looks at the
 /// few routes that can match rather than scanning them all (O(N²) for a thousand routes).
-pub(crate) type KernelRoutes = HashMap<(netlink::IpPrefix, Option<std::net::IpAddr>, u32), Vec<netlink::Route>>;
+pub(crate) type KernelRoutes = HashMap<(crate::types::IpPrefix, Option<std::net::IpAddr>, u32), Vec<netlink::Route>>;
 
 pub(crate) fn index_routes(kernel: Vec<netlink::Route>) -> KernelRoutes {
     let mut by_key = KernelRoutes::with_capacity(kernel.len());

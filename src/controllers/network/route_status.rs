@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use crate::kernel::netlink::{self, Groups, Netlink, NetlinkError};
 use crate::resources::network::{
-    Family, IpPrefix, RouteFlags, RouteNextHop, RouteProtocol, RouteStatus, RouteType, RoutingTable, Scope, route_id,
+    Family, RouteFlags, RouteNextHop, RouteProtocol, RouteStatus, RouteType, RoutingTable, Scope, route_id,
 };
 
 use super::NetworkTarget;
@@ -27,11 +27,11 @@ impl RouteStatusController {
 /// The status of one kernel route, its links named as `names` says.
 pub(crate) fn route_status(route: &netlink::Route, names: &HashMap<u32, String>) -> RouteStatus {
     let name = |index: u32| names.get(&index).cloned().unwrap_or_default();
-    let destination = (!route.destination.is_empty()).then(|| IpPrefix::from(&route.destination));
+    let destination = (!route.destination.is_empty()).then_some(route.destination);
     RouteStatus {
         family: match route.family() {
-            netlink::Family::Inet4 => Family::INET4,
-            netlink::Family::Inet6 => Family::INET6,
+            crate::types::Family::Inet4 => Family::INET4,
+            crate::types::Family::Inet6 => Family::INET6,
         },
         destination,
         source: route.source,
@@ -99,7 +99,7 @@ mod tests {
             gateway: Some("10.5.0.1".parse().unwrap()),
             out_link: Some(3),
             priority: 1024,
-            ..netlink::Route::new(netlink::IpPrefix::any(netlink::Family::Inet4))
+            ..netlink::Route::new(crate::types::IpPrefix::any(crate::types::Family::Inet4))
         };
         let status = route_status(&default, &eth0());
         assert_eq!(status.destination, None, "a default route has no destination");

@@ -8,7 +8,8 @@ use rtnetlink::packet_route::AddressFamily;
 use rtnetlink::packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use rustix::io::Errno;
 
-use super::{Family, IpPrefix, Netlink, NetlinkError, Scope, is_errno, kernel_error};
+use super::{Netlink, NetlinkError, Scope, is_errno, kernel_error};
+use crate::types::{Family, IpPrefix};
 
 /// `IFA_F_*` address flags (the kernel's numbers).
 pub mod flags {
@@ -87,8 +88,8 @@ pub(crate) fn address_from_message(msg: &AddressMessage) -> Option<Address> {
 
 fn base_message(link_index: u32, prefix: &IpPrefix) -> AddressMessage {
     match prefix.addr() {
-        IpAddr::V4(a) => AddressMessageBuilder::<Ipv4Addr>::new().index(link_index).address(a, prefix.len()).build(),
-        IpAddr::V6(a) => AddressMessageBuilder::<Ipv6Addr>::new().index(link_index).address(a, prefix.len()).build(),
+        IpAddr::V4(a) => AddressMessageBuilder::<Ipv4Addr>::new().index(link_index).address(a, prefix.bits()).build(),
+        IpAddr::V6(a) => AddressMessageBuilder::<Ipv6Addr>::new().index(link_index).address(a, prefix.bits()).build(),
     }
 }
 
@@ -116,7 +117,7 @@ impl Netlink {
     /// Adds `address`; the same address already on the link is success (Talos ignores EEXIST
     /// too; a change of scope, flags or priority is the caller's delete-then-add).
     pub async fn add_address(&self, address: &Address) -> Result<(), NetlinkError> {
-        let mut request = self.handle().address().add(address.link_index, address.prefix.addr(), address.prefix.len());
+        let mut request = self.handle().address().add(address.link_index, address.prefix.addr(), address.prefix.bits());
         let msg = request.message_mut();
         msg.header.scope = u8::from(address.scope).into();
         if address.flags != 0 {
@@ -140,7 +141,7 @@ impl Netlink {
     /// off the link, so routes through it stay. IPv6 cannot set a metric back to 0 this way.
     pub async fn set_address_priority(&self, address: &Address) -> Result<(), NetlinkError> {
         let mut request =
-            self.handle().address().add(address.link_index, address.prefix.addr(), address.prefix.len()).replace();
+            self.handle().address().add(address.link_index, address.prefix.addr(), address.prefix.bits()).replace();
         let msg = request.message_mut();
         msg.header.scope = u8::from(address.scope).into();
         if address.priority != 0 {

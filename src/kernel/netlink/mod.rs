@@ -22,7 +22,9 @@ pub use link::{
     bond_from_attributes, bond_mode, bridge_attributes, create_message, settings_message,
 };
 pub use route::{NextHop, Route, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, protocol};
-pub use types::{Family, IpPrefix, PrefixError, Scope};
+pub use types::Scope;
+
+use crate::types::IpPrefix;
 
 pub use address::{Address, flags as address_flags};
 

@@ -11,7 +11,8 @@ use rtnetlink::packet_route::route::{
 };
 use rustix::io::Errno;
 
-use super::{Family, IpPrefix, Netlink, NetlinkError, Scope, is_errno, kernel_error};
+use super::{Netlink, NetlinkError, Scope, is_errno, kernel_error};
+use crate::types::{Family, IpPrefix};
 
 /// Routing table numbers (`RT_TABLE_*`).
 pub const TABLE_DEFAULT: u32 = 253;
@@ -233,7 +234,7 @@ fn match_message(route: &Route) -> RouteMessage {
     };
     let mut header = RouteHeader {
         address_family: family,
-        destination_prefix_length: route.destination.len(),
+        destination_prefix_length: route.destination.bits(),
         table: u8::try_from(route.table).unwrap_or(TABLE_COMPAT),
         scope: RouteScope::from(u8::from(Scope::Nowhere)),
         kind: RouteType::from(0),

@@ -6,9 +6,10 @@ use std::net::{IpAddr, Ipv4Addr};
 use super::packet::Message;
 use crate::network::operator::OperatorSpecs;
 use crate::resources::network::{
-    AddressFlags, AddressSpec, ConfigLayer, Family, HostnameSpec, IpPrefix, LinkSpec, ResolverSpec, RouteProtocol,
-    RouteSpec, RouteType, RoutingTable, Scope, TimeServerSpec,
+    AddressFlags, AddressSpec, ConfigLayer, Family, HostnameSpec, LinkSpec, ResolverSpec, RouteProtocol, RouteSpec,
+    RouteType, RoutingTable, Scope, TimeServerSpec,
 };
+use crate::types::IpPrefix;
 
 /// The operator's settings that shape the specs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,9 +23,10 @@ use crate::network::dhcp_client::{ClientStatus, DhcpError, Session};
 use crate::network::dhcp4::{decode_hex, random_u32};
 use crate::network::operator::{Notifier, Offer, Operator, OperatorSpecs, run_sessions};
 use crate::resources::network::{
-    AddressSpec, ClientIdentifier, ClientIdentifierSpec, ConfigLayer, Dhcp6OperatorSpec, HostnameSpec, IpPrefix,
-    ResolverSpec, TimeServerSpec,
+    AddressSpec, ClientIdentifier, ClientIdentifierSpec, ConfigLayer, Dhcp6OperatorSpec, HostnameSpec, ResolverSpec,
+    TimeServerSpec,
 };
+use crate::types::IpPrefix;
 
 use machine::{Action, ClientConfig, Event, Lease, State};
 use packet::{ALL_SERVERS, CLIENT_PORT, Message, SERVER_PORT};
@@ -160,7 +161,7 @@ impl Dhcp6Operator {
         let mut subscription = events.subscribe().map_err(self.netlink_error())?;
         let deadline = Instant::now() + LINK_LOCAL_WAIT;
         loop {
-            let addresses = netlink.addresses(Some(netlink::Family::Inet6)).await.map_err(self.netlink_error())?;
+            let addresses = netlink.addresses(Some(crate::types::Family::Inet6)).await.map_err(self.netlink_error())?;
             if link_local_ready(&addresses, index) {
                 return Ok(());
             }
