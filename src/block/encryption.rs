@@ -33,7 +33,7 @@ use zeroize::Zeroizing;
 
 use super::luks2::token::{KmsToken, TOKEN_TYPE_KMS, TOKEN_TYPE_TPM, TpmToken};
 use super::luks2::{self, FormatOptions, Header, Kdf, Luks2Error, Token, VolumeKey};
-use crate::resources::block::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
+use super::types::{EncryptionKey, EncryptionKeyType, EncryptionSpec};
 
 /// A KMS server as the `kms` key handler reaches it: Talos's `Seal` and `Unseal` calls, for
 /// the node `node_uuid`, at `endpoint` (the key's `kms.endpoint`).

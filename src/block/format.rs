@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use crate::resources::block::FilesystemType;
+use super::types::FilesystemType;
 
 /// Where the rootfs carries the programs.
 pub const MKFS_XFS: &str = "/usr/sbin/mkfs.xfs";

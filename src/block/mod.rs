@@ -4,7 +4,9 @@
 //! root directories (and FAT32 written, `fat_write`), the disks sysfs lists (`sysblock`), the mkfs command lines (`format`), the
 //! META partition's key/value format and its one writer (`meta`), LUKS2 headers, keyslots and
 //! dm-crypt tables (`luks2`), the swap area header (`swap`), the CEL expressions that volume
-//! configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`).
+//! configs select disks and locate volumes with (`selector`), and the fast wipe (`wipe`). Its
+//! plain data (devices, disks, filesystem types, encryption specs) is in `types`, which the
+//! resources re-export.
 
 pub mod encryption;
 pub mod fat;
@@ -20,6 +22,7 @@ pub mod swap;
 pub mod sysblock;
 pub mod tpm;
 pub mod tpm_key;
+pub mod types;
 pub mod wipe;
 
 use std::fs::File;

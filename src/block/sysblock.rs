@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::resources::block::{BlockDevice, Disk, pretty_size};
+use super::types::{BlockDevice, Disk, pretty_size};
 
 /// A device as sysfs lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
