@@ -1,10 +1,12 @@
 //! What the DHCPv4 and DHCPv6 clients share: the shape of their state machines (a client
 //! looks for a server, requests what one offered, holds a lease, renews it, rebinds it,
 //! stops), the events that drive them, their errors, and the session's wait for the next
-//! event on the socket and the one timer. Each protocol keeps its own messages, leases and
-//! transitions; nothing here sends, decides a transition or knows a wire format.
+//! event on the socket and the one timer, and what that timer asks of a client holding a
+//! lease (stay, renew, rebind, give it up): the same in both protocols. Each protocol keeps
+//! its own messages, leases and other transitions; nothing here sends or knows a wire format.
 
 use std::fmt::{Debug, Display};
+use std::time::Duration;
 
 use tokio::net::UdpSocket;
 use tokio::sync::watch;
@@ -23,6 +25,12 @@ pub trait Lease: Debug + Clone + PartialEq + Eq {
     type Message: Debug + Clone + PartialEq + Eq;
     /// The state's name while the client looks for a server (`selecting`, `soliciting`).
     const DISCOVERING: &'static str;
+    /// Client time at which the lease is to be renewed with the server that granted it (T1).
+    fn renew_at(&self) -> Duration;
+    /// Client time at which any server is asked to extend it (T2).
+    fn rebind_at(&self) -> Duration;
+    /// Client time at which it runs out.
+    fn expires_at(&self) -> Duration;
 }
 
 /// Where one client stands; `L` is its protocol's lease.
@@ -72,6 +80,48 @@ impl<L: Lease> State<L> {
             State::Bound { lease } | State::Renewing { lease, .. } | State::Rebinding { lease, .. } => Some(lease),
             _ => None,
         }
+    }
+}
+
+/// What the timer running out asks of a client that holds a lease (RFC 2131 §4.4.5,
+/// RFC 8415 §18.2.4–5): each protocol carries it out with its own messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseTimer<L> {
+    /// Nothing is due: stay bound and wait this long.
+    Wait { lease: Box<L>, wait: Duration },
+    /// Ask the server that granted the lease to extend it, in transaction `xid`.
+    Renew { lease: Box<L>, xid: u32 },
+    /// Ask any server to extend it, in transaction `xid`.
+    Rebind { lease: Box<L>, xid: u32 },
+    /// It ran out: nothing it granted stands.
+    Expire,
+}
+
+impl<L: Lease> State<L> {
+    /// The timer ran out at client time `now`. A bound client renews at T1, rebinds at T2
+    /// and gives the lease up when it runs out, each in a new transaction (`next_xid`); a
+    /// renewing client asks again in its own transaction until T2, then rebinds; a rebinding
+    /// one asks again until the lease runs out. A state that holds no lease is given back.
+    pub fn lease_timer(self, now: Duration, next_xid: u32) -> Result<LeaseTimer<L>, Self> {
+        Ok(match self {
+            State::Bound { lease } => {
+                if now >= lease.expires_at() {
+                    LeaseTimer::Expire
+                } else if now >= lease.rebind_at() {
+                    LeaseTimer::Rebind { lease, xid: next_xid }
+                } else if now >= lease.renew_at() {
+                    LeaseTimer::Renew { lease, xid: next_xid }
+                } else {
+                    let wait = lease.renew_at() - now;
+                    LeaseTimer::Wait { lease, wait }
+                }
+            }
+            State::Renewing { lease, xid } if now >= lease.rebind_at() => LeaseTimer::Rebind { lease, xid },
+            State::Renewing { lease, xid } => LeaseTimer::Renew { lease, xid },
+            State::Rebinding { lease, .. } if now >= lease.expires_at() => LeaseTimer::Expire,
+            State::Rebinding { lease, xid } => LeaseTimer::Rebind { lease, xid },
+            other => return Err(other),
+        })
     }
 }
 
@@ -217,5 +267,53 @@ impl<'a> Session<'a> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lease acquired at 0 s with T1 100 s, T2 175 s and 200 s valid.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Held;
+
+    impl Lease for Held {
+        type Message = ();
+        const DISCOVERING: &'static str = "discovering";
+        fn renew_at(&self) -> Duration {
+            Duration::from_secs(100)
+        }
+        fn rebind_at(&self) -> Duration {
+            Duration::from_secs(175)
+        }
+        fn expires_at(&self) -> Duration {
+            Duration::from_secs(200)
+        }
+    }
+
+    #[test]
+    fn the_lease_timer_renews_rebinds_and_expires_in_order() {
+        let lease = Box::new(Held);
+        let bound = || State::Bound { lease: lease.clone() };
+        let renewing = || State::Renewing { lease: lease.clone(), xid: 7 };
+        let rebinding = || State::Rebinding { lease: lease.clone(), xid: 8 };
+        let wait = |s| LeaseTimer::Wait { lease: lease.clone(), wait: Duration::from_secs(s) };
+        let renew = |xid| LeaseTimer::Renew { lease: lease.clone(), xid };
+        let rebind = |xid| LeaseTimer::Rebind { lease: lease.clone(), xid };
+        let cases: Vec<(&str, State<Held>, u64, LeaseTimer<Held>)> = vec![
+            ("bound before T1 waits for T1", bound(), 40, wait(60)),
+            ("bound at T1 renews in a new transaction", bound(), 100, renew(9)),
+            ("bound past T2 (a suspended node) rebinds", bound(), 180, rebind(9)),
+            ("bound past the end gives it up", bound(), 200, LeaseTimer::Expire),
+            ("renewing before T2 asks again in its transaction", renewing(), 150, renew(7)),
+            ("renewing at T2 rebinds in the same transaction", renewing(), 175, rebind(7)),
+            ("rebinding before the end asks again", rebinding(), 190, rebind(8)),
+            ("rebinding at the end gives it up", rebinding(), 200, LeaseTimer::Expire),
+        ];
+        for (name, state, now, want) in cases {
+            assert_eq!(state.lease_timer(Duration::from_secs(now), 9), Ok(want), "{name}");
+        }
+        assert_eq!(State::<Held>::Init.lease_timer(Duration::ZERO, 9), Err(State::Init));
     }
 }

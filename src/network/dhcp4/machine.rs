@@ -10,7 +10,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use crate::network::dhcp_client;
+use crate::network::dhcp_client::{self, Lease as _, LeaseTimer};
 
 use super::packet::{FLAG_BROADCAST, Message, MessageType, code};
 
@@ -101,23 +101,23 @@ impl Lease {
         t1 = t1.max(MIN_RENEW).min(t2);
         Some(Lease { address: ack.yiaddr, prefix_len, server, acquired: now, lease_time, t1, t2, ack })
     }
-
-    pub fn renew_at(&self) -> Duration {
-        self.acquired + self.t1
-    }
-
-    pub fn rebind_at(&self) -> Duration {
-        self.acquired + self.t2
-    }
-
-    pub fn expires_at(&self) -> Duration {
-        self.acquired + self.lease_time
-    }
 }
 
 impl dhcp_client::Lease for Lease {
     type Message = Message;
     const DISCOVERING: &'static str = "selecting";
+
+    fn renew_at(&self) -> Duration {
+        self.acquired + self.t1
+    }
+
+    fn rebind_at(&self) -> Duration {
+        self.acquired + self.t2
+    }
+
+    fn expires_at(&self) -> Duration {
+        self.acquired + self.lease_time
+    }
 }
 
 pub type State = dhcp_client::State<Lease>;
@@ -259,33 +259,16 @@ pub fn step(state: State, event: Event, now: Duration, config: &ClientConfig, ne
             }
             (State::Requesting { xid, offer, attempt }, vec![])
         }
-        (State::Bound { lease }, Event::Timer) => {
-            if now >= lease.expires_at() {
-                expired(config, next_xid)
-            } else if now >= lease.rebind_at() {
-                rebinding(config, lease, next_xid, now)
-            } else if now >= lease.renew_at() {
-                renewing(config, lease, next_xid, now)
-            } else {
-                let wait = lease.renew_at() - now;
-                (State::Bound { lease }, vec![Action::Timer(wait)])
+        (state @ (State::Bound { .. } | State::Renewing { .. } | State::Rebinding { .. }), Event::Timer) => {
+            match state.lease_timer(now, next_xid) {
+                Ok(LeaseTimer::Wait { lease, wait }) => (State::Bound { lease }, vec![Action::Timer(wait)]),
+                Ok(LeaseTimer::Renew { lease, xid }) => renewing(config, lease, xid, now),
+                Ok(LeaseTimer::Rebind { lease, xid }) => rebinding(config, lease, xid, now),
+                Ok(LeaseTimer::Expire) => expired(config, next_xid),
+                Err(state) => (state, vec![]),
             }
         }
         (state @ State::Bound { .. }, Event::Start | Event::Received(_)) => (state, vec![]),
-        (State::Renewing { lease, xid }, Event::Timer) => {
-            if now >= lease.rebind_at() {
-                rebinding(config, lease, xid, now)
-            } else {
-                renewing(config, lease, xid, now)
-            }
-        }
-        (State::Rebinding { lease, xid }, Event::Timer) => {
-            if now >= lease.expires_at() {
-                expired(config, next_xid)
-            } else {
-                rebinding(config, lease, xid, now)
-            }
-        }
         (State::Renewing { lease, xid } | State::Rebinding { lease, xid }, Event::Received(m))
             if answers(&m, xid, config, &[Ack, Nak]) =>
         {
