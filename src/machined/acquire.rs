@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::config_store::ConfigStore;
+use super::config_store::{ConfigStore, ConfigText};
 use crate::cosi::{Event, Resource, State};
 use crate::kernel::cmdline::Cmdline;
 use crate::kernel::console;
@@ -140,14 +140,20 @@ where
                 return;
             }
             Ok(Some(text)) => {
-                match crate::config::load(&text).and_then(|l| crate::config::validate(&l.config).map(|_| ())) {
+                // Parsed once: the parse validated here is the one the store publishes.
+                let candidate = ConfigText::new(text);
+                let checked = match candidate.parsed() {
+                    Some(parsed) => crate::config::validate(&parsed.config).map(|_| ()),
+                    None => candidate.machine_config().map(|_| ()).map_err(Clone::clone),
+                };
+                match checked {
                     Err(e) => {
                         report(format!("config: {from}: refused: {e}; retrying"));
                         RETRY_INVALID
                     }
                     Ok(()) => match store.begin_apply() {
                         None => RETRY,
-                        Some(guard) => match store.apply_now(&guard, &text) {
+                        Some(guard) => match store.apply_now(&guard, candidate) {
                             Ok(()) => {
                                 console::line(&format!("config: stored the configuration from {from}"));
                                 return;

@@ -4,9 +4,11 @@
 //! Modes (Talos's): no-reboot stores and makes the new text active; staged only stores it (it
 //! becomes active at the next boot); try makes it active without storing it and, unless another
 //! apply comes first, falls back to the stored one when its timeout runs out. Only one apply
-//! runs at a time; a second is refused, not queued. It never parses a configuration: callers
-//! validate first, so what reaches it is already accepted. The file is written aside and
-//! renamed, so a crash leaves the old configuration or the new one, never half of either.
+//! runs at a time; a second is refused, not queued. Callers validate first, so what reaches
+//! it is already accepted. Each text is parsed once, as it comes in (applied, or read from the
+//! file), and published with its parse ([`ConfigText`]): the configuration controller and
+//! machined's own readers all take that one. The file is written aside and renamed, so a
+//! crash leaves the old configuration or the new one, never half of either.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,6 +17,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::task::JoinHandle;
 
+pub use crate::controllers::config::ConfigText;
 pub use crate::controllers::config::StoredConfig as ConfigSnapshot;
 
 #[derive(Debug, thiserror::Error)]
@@ -52,7 +55,7 @@ impl ConfigStore {
     /// Opens the store at `path`, loading what a previous run stored there (if anything).
     pub fn open(path: PathBuf) -> Result<Arc<Self>, StoreError> {
         let persisted = match std::fs::read_to_string(&path) {
-            Ok(text) => Some(Arc::<str>::from(text)),
+            Ok(text) => Some(ConfigText::from(text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => return Err(StoreError::Read { path, source }),
         };
@@ -96,7 +99,7 @@ impl ConfigStore {
             }
             None => {
                 let read = match std::fs::read_to_string(&self.path) {
-                    Ok(text) => Ok(Some(Arc::<str>::from(text))),
+                    Ok(text) => Ok(Some(ConfigText::from(text))),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(source) => Err(StoreError::Read { path: self.path.clone(), source }),
                 };
@@ -121,7 +124,7 @@ impl ConfigStore {
         let _held = self.apply.lock().await;
         self.cancel_rollback();
         let stored = match std::fs::read_to_string(&self.path) {
-            Ok(text) => Some(Arc::<str>::from(text)),
+            Ok(text) => Some(ConfigText::from(text)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => return Err(StoreError::Read { path: self.path.clone(), source }),
         };
@@ -161,11 +164,12 @@ impl ConfigStore {
         Arc::clone(&self.apply).try_lock_owned().ok().map(|g| ApplyGuard { _held: g })
     }
 
-    /// Stores `text` and puts it in force.
-    pub fn apply_now(&self, _guard: &ApplyGuard, text: &str) -> Result<(), StoreError> {
+    /// Stores `text` and puts it in force. A text given as a [`ConfigText`] (a candidate
+    /// parsed to be validated) is not parsed again.
+    pub fn apply_now(&self, _guard: &ApplyGuard, text: impl Into<ConfigText>) -> Result<(), StoreError> {
         self.cancel_rollback();
-        self.write(text)?;
-        let text: Arc<str> = Arc::from(text);
+        let text = text.into();
+        self.write(&text)?;
         self.tx.send_modify(|s| {
             s.persisted = Some(text.clone());
             s.active = Some(text);
@@ -175,11 +179,12 @@ impl ConfigStore {
     }
 
     /// Stores `text` for the next boot; what is in force stays.
-    pub fn apply_staged(&self, _guard: &ApplyGuard, text: &str) -> Result<(), StoreError> {
+    pub fn apply_staged(&self, _guard: &ApplyGuard, text: impl Into<ConfigText>) -> Result<(), StoreError> {
         self.cancel_rollback();
-        self.write(text)?;
+        let text = text.into();
+        self.write(&text)?;
         self.tx.send_modify(|s| {
-            s.persisted = Some(Arc::from(text));
+            s.persisted = Some(text);
             // A try in force ends: what is stored is what it would fall back to anyway.
             if s.try_until.take().is_some() {
                 s.active = s.persisted.clone();
@@ -190,11 +195,12 @@ impl ConfigStore {
 
     /// Puts `text` in force for `timeout` without storing it, then falls back to what is
     /// stored. Must be called inside a Tokio runtime.
-    pub fn apply_try(self: &Arc<Self>, _guard: &ApplyGuard, text: &str, timeout: Duration) {
+    pub fn apply_try(self: &Arc<Self>, _guard: &ApplyGuard, text: impl Into<ConfigText>, timeout: Duration) {
         self.cancel_rollback();
+        let text = text.into();
         let until = SystemTime::now() + timeout;
         self.tx.send_modify(|s| {
-            s.active = Some(Arc::from(text));
+            s.active = Some(text);
             s.try_until = Some(until);
         });
         let me = Arc::clone(self);
@@ -329,6 +335,44 @@ mod tests {
         s.settle().await.unwrap();
         s.settle().await.unwrap();
         assert_eq!(s.snapshot(), ConfigSnapshot::default());
+    }
+
+    /// A text is parsed once, as it comes in: the text in force, the text stored, every
+    /// snapshot and every subscriber share that one parse; a candidate parsed to be validated
+    /// is that parse; a try falling back takes the stored text's parse again, not a new one.
+    #[tokio::test(start_paused = true)]
+    async fn a_text_set_is_parsed_once_for_every_reader() {
+        let (_d, s) = store();
+        let parse = |c: &Option<ConfigText>| Arc::clone(c.as_ref().and_then(|c| c.parsed()).unwrap());
+        let g = s.begin_apply().unwrap();
+        s.apply_now(&g, "version: v1alpha1\nmachine:\n  type: worker\n").unwrap();
+        let rx = s.subscribe();
+        let (first, second) = (s.snapshot(), s.snapshot());
+        let one = parse(&first.active);
+        assert!(Arc::ptr_eq(&one, &parse(&first.persisted)), "the text stored is the text in force");
+        assert!(Arc::ptr_eq(&one, &parse(&second.active)), "a second reader");
+        assert!(Arc::ptr_eq(&one, &parse(&rx.borrow().active)), "a subscriber");
+
+        let candidate = ConfigText::new("version: v1alpha1\nmachine:\n  type: controlplane\n");
+        let checked = Arc::clone(candidate.parsed().unwrap());
+        s.apply_now(&g, candidate).unwrap();
+        let stored = parse(&s.snapshot().persisted);
+        assert!(Arc::ptr_eq(&checked, &stored), "the candidate's parse is the one kept");
+        assert!(Arc::ptr_eq(&checked, &parse(&s.snapshot().active)));
+
+        s.apply_try(&g, "version: v1alpha1\nmachine:\n  type: init\n", Duration::from_secs(60));
+        assert!(!Arc::ptr_eq(&stored, &parse(&s.snapshot().active)), "the trial is in force");
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert!(Arc::ptr_eq(&stored, &parse(&s.snapshot().active)), "back to the stored parse");
+
+        // Read from the file (the next boot): parsed once, for both.
+        let again = ConfigStore::open(s.path().to_path_buf()).unwrap().snapshot();
+        assert!(Arc::ptr_eq(&parse(&again.active), &parse(&again.persisted)));
+        // A text that does not load keeps why, for each reader to report.
+        s.apply_now(&g, "machine: {typo: 1}\n").unwrap();
+        let bad = s.snapshot().active.unwrap();
+        assert!(bad.parsed().is_none());
+        assert!(bad.machine_config().unwrap_err().to_string().contains("machine.typo"));
     }
 
     #[tokio::test(start_paused = true)]

@@ -50,9 +50,10 @@ pub async fn run(lc: Arc<Lifecycle>, store: Arc<ConfigStore>, cancel: Cancellati
     let mut attempted: Option<String> = None;
     let mut failed = false;
     loop {
-        let text = configs.borrow_and_update().active.as_deref().map(str::to_string);
-        let config = text.as_deref().and_then(|t| crate::config::load(t).ok()).map(|l| l.config);
-        let view = config.as_ref().and_then(|c| c.install().ok().flatten());
+        let active = configs.borrow_and_update().active.clone();
+        let text = active.as_deref().map(str::to_string);
+        let config = active.as_ref().and_then(|a| a.parsed()).map(|p| &p.config);
+        let view = config.and_then(|c| c.install().ok().flatten());
         match (&view, lc.booted()) {
             (None, _) => failed = false,
             (Some(_), Some(slot)) => {
@@ -65,7 +66,7 @@ pub async fn run(lc: Arc<Lifecycle>, store: Arc<ConfigStore>, cancel: Cancellati
                 attempted = text.clone();
                 let outcome = tokio::select! {
                     () = cancel.cancelled() => return,
-                    r = install(&lc, &store, view, config.as_ref(), &cancel) => r,
+                    r = install(&lc, &store, view, config, &cancel) => r,
                 };
                 match outcome {
                     Ok(()) => return,

@@ -397,7 +397,7 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         Mode::Container { .. } => {
             let store = ConfigStore::open(mode.config_path())?;
             if let Some(text) = store.snapshot().active
-                && let Err(e) = crate::config::load(&text)
+                && let Err(e) = text.machine_config()
             {
                 console::line(&format!(
                     "machined: the stored configuration {} does not load, so it is not used (maintenance until one is applied): {e}",
@@ -674,9 +674,8 @@ async fn start_on_control_plane(
 
 /// The hostname the configuration in force gives, if any.
 fn configured_hostname(store: &ConfigStore) -> Option<String> {
-    let text = store.snapshot().active?;
-    let view = crate::config::load(&text).ok()?.config.machine().ok()?;
-    view.hostname.map(|h| h.as_str().to_string())
+    let active = store.snapshot().active?;
+    active.parsed()?.machine.hostname.as_ref().map(|h| h.as_str().to_string())
 }
 
 /// A service's state change as Talos's `ServiceStateEvent`.

@@ -300,7 +300,7 @@ impl Node for MachineNode {
 
     fn configs(&self) -> (Option<Arc<str>>, Option<Arc<str>>) {
         let s = self.store.snapshot();
-        (s.active, s.persisted)
+        (s.active.map(|c| c.text().clone()), s.persisted.map(|c| c.text().clone()))
     }
 
     fn begin_apply(&self) -> Option<Box<dyn ApplyPermit>> {

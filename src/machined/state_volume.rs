@@ -132,7 +132,7 @@ pub async fn settle_store(state: State, store: Arc<ConfigStore>, cancel: Cancell
 /// Says so when the configuration in force does not load.
 fn check_loads(store: &ConfigStore) {
     if let Some(text) = store.snapshot().active
-        && let Err(e) = crate::config::load(&text)
+        && let Err(e) = text.machine_config()
     {
         console::line(&format!(
             "machined: the stored configuration {} does not load, so it is not used (maintenance until one is applied): {e}",

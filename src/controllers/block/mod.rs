@@ -1,6 +1,7 @@
 //! Block controllers: the node's devices and disks, what is on them, and the volumes made and
 //! mounted from them — Talos's `controllers/block`, one controller per file. The decisions of
-//! the volume manager are pure ([`volumes`]); the controllers gather facts and carry them out.
+//! the volume manager are pure, each in its phase's file of [`volume_manager`]; the controllers
+//! gather facts and carry them out.
 
 pub mod devices;
 pub mod discovery;
@@ -11,7 +12,6 @@ pub mod system_disk;
 pub mod unlock;
 pub mod volume_config;
 pub mod volume_manager;
-pub mod volumes;
 
 pub use devices::DevicesController;
 pub use disks::DisksController;

@@ -210,6 +210,18 @@ fn filesystem(kind: ConfigFilesystem) -> FilesystemType {
     }
 }
 
+/// Where STATE's encryption comes from: the configuration in force (`view`, the parsed one
+/// the config controller handed on) when it says, as Talos's `manageStateConfigPresent`;
+/// else what META keeps (`state_meta`), as Talos's `manageStateNoConfig` for the boots that
+/// must open STATE before the configuration on it can be read. A configuration applied in
+/// this boot is taken as it was parsed, never from the JSON written to META for the next
+/// boot (that JSON drops a recovery key's passphrase). Unlike Talos, a configuration that
+/// says nothing of STATE's encryption leaves META's: STATE is not decrypted by a
+/// configuration that stops saying how it is encrypted.
+pub fn state_encryption<'a>(view: Option<&'a BlockView>, state_meta: Option<&'a Encryption>) -> Option<&'a Encryption> {
+    view.and_then(|v| v.volume(SystemVolume::State)).and_then(|d| d.encryption.as_ref()).or(state_meta)
+}
+
 /// The volumes wanted: the system ones, and with a configuration in force (`view`) the ones
 /// its documents ask for. `state_meta`: STATE's encryption as META keeps it, for the boots
 /// that must open STATE before the configuration on it is read (the configuration's, when one
@@ -221,7 +233,6 @@ pub fn volume_resources(view: Option<&BlockView>, state_meta: Option<&Encryption
         config,
         mount,
     };
-    let state_doc = view.and_then(|v| v.volume(SystemVolume::State));
     let mut out = vec![
         system(
             META,
@@ -259,7 +270,7 @@ pub fn volume_resources(view: Option<&BlockView>, state_meta: Option<&Encryption
                 } else {
                     ProvisioningSpec::default()
                 },
-                encryption: encryption_spec(state_doc.and_then(|d| d.encryption.as_ref()).or(state_meta)),
+                encryption: encryption_spec(state_encryption(view, state_meta)),
                 locator: label_match(STATE),
                 mount: MountSpec {
                     target_path: "/system/state".into(),
@@ -654,6 +665,51 @@ mod tests {
             (STATE_SIZE, STATE_SIZE, false)
         );
         assert_eq!(p.filesystem_spec.kind, FilesystemType::Xfs);
+    }
+
+    /// The decision alone: the parsed configuration's when it says, META's otherwise; a
+    /// configuration applied in this boot keeps what only it has (a recovery passphrase),
+    /// whatever META was given for the next boot.
+    #[test]
+    fn state_encryption_is_the_parsed_configurations_else_metas() {
+        let state_doc = |keys: &str| {
+            view(&[("VolumeConfig", &format!("name: STATE\nencryption:\n  provider: luks2\n  keys:\n{keys}"))])
+        };
+        let configured = state_doc("    - slot: 0\n      nodeID: {}\n");
+        let recovery = state_doc("    - slot: 0\n      recovery:\n        passphrase: hidden\n");
+        let legacy = "version: v1alpha1\nmachine:\n  type: worker\n  systemDiskEncryption:\n    state:\n      provider: luks2\n      keys:\n        - slot: 0\n          static:\n            passphrase: s\n";
+        let legacy = crate::config::load(legacy).unwrap().config.block().unwrap();
+        let silent = BlockView::default();
+        let meta = Encryption::from_meta_json(r#"{"keys":[{"slot":0,"tpm":{}}],"provider":"luks2"}"#).unwrap();
+        // What this boot gave META for the recovery configuration: the slot, not the passphrase.
+        let recovery_meta = {
+            let e = recovery.volume(SystemVolume::State).and_then(|d| d.encryption.as_ref()).unwrap();
+            Encryption::from_meta_json(&e.to_meta_json()).unwrap()
+        };
+        type Case<'a> = (&'a str, Option<&'a BlockView>, Option<&'a Encryption>, Vec<(K, &'a str)>);
+        let cases: [Case; 9] = [
+            ("no configuration, nothing in META: plain", None, None, vec![]),
+            ("no configuration: META's", None, Some(&meta), vec![(K::Tpm, "")]),
+            ("the configuration's, nothing in META", Some(&configured), None, vec![(K::NodeId, "")]),
+            ("both: the configuration's", Some(&configured), Some(&meta), vec![(K::NodeId, "")]),
+            ("v1alpha1's systemDiskEncryption says too", Some(&legacy), Some(&meta), vec![(K::Static, "s")]),
+            ("a configuration silent on it leaves META's", Some(&silent), Some(&meta), vec![(K::Tpm, "")]),
+            ("silent, nothing in META: plain", Some(&silent), None, vec![]),
+            (
+                "applied this boot: the passphrase parsed, not META's copy",
+                Some(&recovery),
+                Some(&recovery_meta),
+                vec![(K::Recovery, "hidden")],
+            ),
+            ("the next boot: META's copy, opened by unlock", None, Some(&recovery_meta), vec![(K::Recovery, "")]),
+        ];
+        for (name, v, m, want) in cases {
+            let spec = encryption_spec(state_encryption(v, m));
+            let got: Vec<(K, &str)> = spec.keys.iter().map(|k| (k.kind, k.static_passphrase.as_str())).collect();
+            assert_eq!(got, want, "{name}");
+            let all = volume_resources(v, m);
+            assert_eq!(find(&all, STATE).config.encryption, spec, "{name}: the STATE volume carries it");
+        }
     }
 
     /// STATE's encryption: the configuration's when it says (a `VolumeConfig` document or

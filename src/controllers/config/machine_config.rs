@@ -2,9 +2,9 @@
 //! (`v1alpha1` in force, `persistent` stored), the machine's type, and whether there is a
 //! configuration at all (`MachineConfigStatus`, which moves the machine out of maintenance).
 //!
-//! Woken by the store's watch channel. This is where a configuration text is parsed, once:
-//! the resources carry the parsed configuration and its typed views, and every other reader
-//! takes them from there. A text that no longer loads (a file edited by hand, a newer schema)
+//! Woken by the store's watch channel. A configuration text is parsed once, by [`parse`] as
+//! it enters the store ([`super::ConfigText`]): the resources carry that parse and its typed
+//! views, and every other reader takes them from there. A text that no longer loads (a file edited by hand, a newer schema)
 //! is reported in the status and treated as no configuration, never half-used.
 
 use tokio::sync::watch;
@@ -79,13 +79,11 @@ impl Controller for MachineConfigController {
             return Ok(());
         }
         let mut status = MachineConfigStatus { present: false, source: format!("none yet ({})", self.source) };
-        let mut active = None;
         if let Some(text) = &stored.active {
-            match parse(text) {
+            match text.machine_config() {
                 Ok(mc) => {
-                    let machine_type = machine_type(&mc);
-                    active = Some(mc.clone());
-                    ctx.apply(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, mc)?;
+                    let machine_type = machine_type(mc);
+                    ctx.apply(cfg::NAMESPACE, MachineConfig::ACTIVE_ID, mc.clone())?;
                     ctx.apply(cfg::NAMESPACE, MachineType::ID, MachineTypeSpec { machine_type })?;
                     status = MachineConfigStatus { present: true, source: self.source.clone() };
                 }
@@ -95,16 +93,40 @@ impl Controller for MachineConfigController {
             }
         }
         if let Some(text) = &stored.persisted {
-            // Usually the same text as the one in force, and then not parsed again; shown as
-            // stored whether or not it loads.
-            let mc = match active {
-                Some(mc) if mc.yaml == **text => mc,
-                _ => parse(text).unwrap_or_else(|_| MachineConfig::unparsed(text.to_string())),
-            };
+            // Usually the same text (and parse) as the one in force; shown as stored whether
+            // or not it loads.
+            let mc = text.machine_config().cloned().unwrap_or_else(|_| MachineConfig::unparsed(text.to_string()));
             ctx.apply(cfg::NAMESPACE, MachineConfig::PERSISTENT_ID, mc)?;
         }
         ctx.apply(rt::NAMESPACE, MachineConfigStatus::ID, status)?;
         ctx.cleanup_outputs()?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::controllers::config::ConfigText;
+    use crate::cosi::Harness;
+
+    /// The resources carry the store's parse of the text, not one of their own.
+    #[tokio::test]
+    async fn the_resources_carry_the_stores_parse() {
+        let text = ConfigText::new("version: v1alpha1\nmachine:\n  type: worker\n");
+        let stored = StoredConfig { active: Some(text.clone()), persisted: Some(text.clone()), ..Default::default() };
+        let (tx, rx) = watch::channel(stored);
+        let h = Harness::start(vec![Box::new(MachineConfigController::new(rx, "memory"))]).unwrap();
+        let store_parse = text.parsed().unwrap();
+        for id in [MachineConfig::ACTIVE_ID, MachineConfig::PERSISTENT_ID] {
+            let r = h.assert_eventually::<MachineConfig, _>(cfg::NAMESPACE, id, id, |r| r.is_some()).await.unwrap();
+            assert!(Arc::ptr_eq(r.spec().parsed().unwrap(), store_parse), "{id}");
+        }
+        let ty = h.assert_eventually::<MachineTypeSpec, _>(cfg::NAMESPACE, MachineType::ID, "type", |r| r.is_some());
+        assert_eq!(ty.await.unwrap().spec().machine_type, MachineType::Worker);
+        drop(tx);
+        h.stop().await;
     }
 }

@@ -1,12 +1,12 @@
 //! Closing volumes (Talos's `internal/volumes/close.go`): a volume whose document goes, or
 //! every volume once machined tears the lifecycle down, is marked closed, waited for until
 //! the mount controller has unmounted it, and then its dm-crypt mapping is closed. The step
-//! each takes is [`volumes::close_step`]; this file carries it out and never unmounts
+//! each takes is [`close_step`]'s; the rest of this file carries it out, and never unmounts
 //! anything itself.
 
 use std::collections::BTreeMap;
 
-use super::super::volumes::{self, CloseStep};
+use super::step::advance;
 use super::{CLOSE_RETRY, VolumeManagerController, World};
 use crate::block::luks2;
 use crate::cosi::{Context, Controller, ReconcileError, Resource};
@@ -14,6 +14,34 @@ use crate::resources::block::{EncryptionProvider, NAMESPACE, VolumeLifecycle, Vo
 
 /// The most close steps one volume takes in a pass: mark, close the mapping, done.
 const MAX_CLOSE_STEPS: usize = 3;
+
+/// The next step in closing a volume (at shutdown, or when its document goes): Talos's
+/// close path, run backwards through the phases.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CloseStep {
+    /// Say `closed`: the volume's mount request goes, and the mount controller unmounts it.
+    MarkClosed,
+    /// Wait for the mount (and its children) to be taken down.
+    WaitUnmount,
+    /// Close the volume's dm-crypt mapping, now that nothing is mounted from it.
+    CloseMapping,
+    /// Nothing more to do.
+    Done,
+}
+
+/// What closing a volume in `phase` takes next, given whether it is still mounted and whether
+/// its encrypted mapping is still open.
+fn close_step(phase: VolumePhase, mounted: bool, mapping_open: bool) -> CloseStep {
+    if phase != VolumePhase::Closed {
+        CloseStep::MarkClosed
+    } else if mounted {
+        CloseStep::WaitUnmount
+    } else if mapping_open {
+        CloseStep::CloseMapping
+    } else {
+        CloseStep::Done
+    }
+}
 
 /// Whether every volume but META (which is never opened) is closed, given each one's answer.
 fn all_closed(answers: impl IntoIterator<Item = (String, bool)>) -> bool {
@@ -46,7 +74,7 @@ impl VolumeManagerController {
         Ok(())
     }
 
-    /// Takes volume `id` one step further in being closed (see [`volumes::close_step`]): true
+    /// Takes volume `id` one step further in being closed (see [`close_step`]): true
     /// once it is closed.
     pub(super) async fn close(
         &mut self,
@@ -64,10 +92,10 @@ impl VolumeManagerController {
                     .await?
                     .is_ok_and(|m| m.is_some())
             };
-            match volumes::close_step(status.phase, mounted, mapping_open) {
+            match close_step(status.phase, mounted, mapping_open) {
                 CloseStep::MarkClosed => {
                     crate::kernel::console::line(&format!("volume {id}: closing"));
-                    status = volumes::advance(&status, VolumePhase::Closed);
+                    status = advance(&status, VolumePhase::Closed);
                     let labels = ctx
                         .get::<VolumeStatus>(NAMESPACE, id)?
                         .map(|r| r.metadata().labels.clone())
@@ -95,6 +123,7 @@ impl VolumeManagerController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use VolumePhase::*;
 
     #[test]
     fn the_node_goes_down_once_every_volume_but_meta_is_closed() {
@@ -107,6 +136,21 @@ mod tests {
         ];
         for (name, given, want) in cases {
             assert_eq!(all_closed(given), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn closing_unmounts_then_closes_the_mapping() {
+        let cases = [
+            ("a ready volume is marked first", close_step(Ready, true, true), CloseStep::MarkClosed),
+            ("so is a failed one", close_step(Failed, false, false), CloseStep::MarkClosed),
+            ("a waiting one too", close_step(Waiting, false, false), CloseStep::MarkClosed),
+            ("mounted: wait", close_step(Closed, true, true), CloseStep::WaitUnmount),
+            ("unmounted and open: close it", close_step(Closed, false, true), CloseStep::CloseMapping),
+            ("unmounted and plain: done", close_step(Closed, false, false), CloseStep::Done),
+        ];
+        for (what, got, want) in cases {
+            assert_eq!(got, want, "{what}");
         }
     }
 }

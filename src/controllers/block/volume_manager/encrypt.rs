@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::super::volumes;
+use super::step::advance;
 use super::{StepError, VolumeManagerController, lock_disk, probe_name};
 use crate::block::encryption::{self, KeyEnv, Kms, Tpm, Unlocked};
 use crate::block::luks2::{self, DmCryptOptions};
@@ -102,7 +102,7 @@ impl VolumeManagerController {
             mount_location: status.location.clone(),
             encryption_provider: EncryptionProvider::None,
             encryption_failed_syncs: Vec::new(),
-            ..volumes::advance(status, VolumePhase::Prepared)
+            ..advance(status, VolumePhase::Prepared)
         })
     }
 
@@ -151,7 +151,7 @@ impl VolumeManagerController {
             mount_location: opened.mount_location,
             encryption_provider: EncryptionProvider::Luks2,
             encryption_failed_syncs: opened.failed_syncs,
-            ..volumes::advance(status, VolumePhase::Prepared)
+            ..advance(status, VolumePhase::Prepared)
         })
     }
 }

@@ -8,12 +8,54 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::super::volumes::{self, FormatDecision};
+use super::step::advance;
 use super::{Found, StepError, VolumeManagerController, probe_name};
 use crate::block::format as mkfs;
 use crate::cosi::Context;
 use crate::resources::block::{FilesystemType, VolumeConfig, VolumePhase, VolumeStatus};
 use crate::services::Reaper;
+
+/// What a volume the node does not format (an existing or raw one) holds, from the probe's
+/// name (Talos's `Format` with no filesystem wanted): one to be mounted must hold a
+/// filesystem, and not a LUKS container the config says nothing of.
+fn found_filesystem(found: &str, mounted: bool, device: &str) -> Result<FilesystemType, String> {
+    match found {
+        "" if mounted => Err(format!("filesystem not found on {device}")),
+        "luks" if mounted => Err("volume is encrypted, but no encryption config provided".to_string()),
+        other => Ok(FilesystemType::from_probe_name(other)),
+    }
+}
+
+/// What to do about a volume's filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum FormatDecision {
+    /// The wanted filesystem is there (or none is wanted): ready as it is.
+    Keep,
+    /// Nothing is on the volume: make the filesystem.
+    Make,
+    /// The wanted filesystem's formatter stopped before it finished (a power cut during
+    /// mkfs): nothing can be on it, so it is made again, over the half-made one.
+    Remake,
+    /// Something else is on it: refuse, keeping the data.
+    Refuse(String),
+}
+
+/// Decides from what the probe found (`""`: nothing recognized) on the volume, and whether
+/// the probe saw it unfinished. A swap area is made afresh every time, as Talos does: what it
+/// held is gone with the boot that wrote it.
+fn format_decision(wanted: FilesystemType, found: &str, unfinished: bool) -> FormatDecision {
+    match (wanted, found) {
+        (FilesystemType::None, _) => FormatDecision::Keep,
+        (FilesystemType::Swap, "swap") => FormatDecision::Make,
+        (w, f) if f == w.probe_name() && unfinished => FormatDecision::Remake,
+        (w, f) if f == w.probe_name() => FormatDecision::Keep,
+        (_, "") => FormatDecision::Make,
+        (w, f) => FormatDecision::Refuse(format!(
+            "the volume holds {f}, not {}; it is left as it is (wipe it to have it formatted)",
+            w.fstype()
+        )),
+    }
+}
 
 /// What is done with a prepared volume's device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,10 +74,10 @@ fn plan(wanted: FilesystemType, found: &Found, mounted: bool, device: &str) -> R
     if wanted == FilesystemType::None {
         // Raw and existing volumes: never formatted; an existing one is mounted with what it
         // holds.
-        let filesystem = volumes::found_filesystem(&found.name, mounted, device).map_err(StepError::failed)?;
+        let filesystem = found_filesystem(&found.name, mounted, device).map_err(StepError::failed)?;
         return Ok(Plan::Ready(Some(filesystem)));
     }
-    match volumes::format_decision(wanted, &found.name, found.unfinished) {
+    match format_decision(wanted, &found.name, found.unfinished) {
         FormatDecision::Keep => Ok(Plan::Ready(None)),
         FormatDecision::Refuse(why) => Err(StepError::failed(why)),
         FormatDecision::Make if wanted == FilesystemType::Swap => Ok(Plan::Swap),
@@ -66,10 +108,8 @@ impl VolumeManagerController {
         // The label Talos gives: the system volumes' own, none for the documents' volumes.
         let label = config.provisioning.filesystem_spec.label.clone();
         match plan(wanted, &found, mounted, &status.mount_location)? {
-            Plan::Ready(None) => Ok(volumes::advance(status, VolumePhase::Ready)),
-            Plan::Ready(Some(filesystem)) => {
-                Ok(VolumeStatus { filesystem, ..volumes::advance(status, VolumePhase::Ready) })
-            }
+            Plan::Ready(None) => Ok(advance(status, VolumePhase::Ready)),
+            Plan::Ready(Some(filesystem)) => Ok(VolumeStatus { filesystem, ..advance(status, VolumePhase::Ready) }),
             Plan::Swap => {
                 let (at, size, name) = (device.clone(), status.size, label.clone());
                 ctx.blocking("writing a swap header", move || write_swap(&at, size, &name))
@@ -77,7 +117,7 @@ impl VolumeManagerController {
                     .map_err(|e| StepError::failed(format!("making swap on {}: {e}", device.display())))?;
                 crate::kernel::console::line(&format!("volume {id}: made a swap area on {}", status.mount_location));
                 self.refresh += 1;
-                Ok(volumes::advance(status, VolumePhase::Ready))
+                Ok(advance(status, VolumePhase::Ready))
             }
             Plan::Mkfs { over_unfinished } => {
                 // The size of what is formatted: an opened LUKS2 volume is its partition less
@@ -100,7 +140,7 @@ impl VolumeManagerController {
                 ));
                 run(self.reaper.clone(), &cmd).await.map_err(StepError::failed)?;
                 self.refresh += 1;
-                Ok(volumes::advance(status, VolumePhase::Ready))
+                Ok(advance(status, VolumePhase::Ready))
             }
         }
     }
@@ -184,5 +224,71 @@ mod tests {
         for (name, wanted, f, mounted, want) in cases {
             assert_eq!(plan(wanted, &f, mounted, "/dev/vdb1"), want, "{name}");
         }
+    }
+
+    #[test]
+    fn an_unformatted_volume_is_what_the_probe_found() {
+        use FilesystemType as F;
+        let cases: [(&str, bool, Result<F, String>); 7] = [
+            ("xfs", true, Ok(F::Xfs)),
+            ("extfs", true, Ok(F::Ext4)),
+            ("vfat", true, Ok(F::Vfat)),
+            ("", false, Ok(F::None)),
+            ("luks", false, Ok(F::None)),
+            ("", true, Err("filesystem not found on /dev/vdb1".into())),
+            ("luks", true, Err("volume is encrypted, but no encryption config provided".into())),
+        ];
+        for (found, mounted, want) in cases {
+            assert_eq!(found_filesystem(found, mounted, "/dev/vdb1"), want, "{found:?} mounted={mounted}");
+        }
+    }
+
+    #[test]
+    fn a_filesystem_is_made_only_on_an_empty_volume() {
+        use FilesystemType as F;
+        let cases = [
+            (F::Xfs, "", FormatDecision::Make),
+            (F::Xfs, "xfs", FormatDecision::Keep),
+            (F::Ext4, "extfs", FormatDecision::Keep),
+            (F::None, "", FormatDecision::Keep),
+            (F::None, "xfs", FormatDecision::Keep),
+            (F::Swap, "", FormatDecision::Make),
+            (F::Swap, "swap", FormatDecision::Make),
+            (
+                F::Swap,
+                "xfs",
+                FormatDecision::Refuse(
+                    "the volume holds xfs, not swap; it is left as it is (wipe it to have it formatted)".into(),
+                ),
+            ),
+            (
+                F::Xfs,
+                "ext4",
+                FormatDecision::Refuse(
+                    "the volume holds ext4, not xfs; it is left as it is (wipe it to have it formatted)".into(),
+                ),
+            ),
+            (
+                F::Xfs,
+                "luks",
+                FormatDecision::Refuse(
+                    "the volume holds luks, not xfs; it is left as it is (wipe it to have it formatted)".into(),
+                ),
+            ),
+        ];
+        for (wanted, found, want) in cases {
+            assert_eq!(format_decision(wanted, found, false), want, "{wanted:?} over {found:?}");
+        }
+        // Unfinished: the wanted filesystem half-made is made again; anything else unfinished
+        // is still refused, and nothing wanted still keeps what is there.
+        let unfinished = [
+            (F::Xfs, "xfs", FormatDecision::Remake),
+            (F::Ext4, "extfs", FormatDecision::Remake),
+            (F::None, "xfs", FormatDecision::Keep),
+        ];
+        for (wanted, found, want) in unfinished {
+            assert_eq!(format_decision(wanted, found, true), want, "{wanted:?} over an unfinished {found:?}");
+        }
+        assert!(matches!(format_decision(F::Ext4, "xfs", true), FormatDecision::Refuse(_)));
     }
 }

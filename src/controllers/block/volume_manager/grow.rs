@@ -5,8 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::super::volumes;
 use super::partition::table_of;
+use super::step::advance;
 use super::{StepError, VolumeManagerController, lock_disk};
 use crate::cosi::Context;
 use crate::resources::block::{PartitionSpec, VolumeConfig, VolumePhase, VolumeStatus, pretty_size};
@@ -26,14 +26,14 @@ impl VolumeManagerController {
     ) -> Result<VolumeStatus, StepError> {
         let spec = &config.provisioning.partition_spec;
         if !grows(spec, status) {
-            return Ok(volumes::advance(status, VolumePhase::Provisioned));
+            return Ok(advance(status, VolumePhase::Provisioned));
         }
         let (disk, index, max) = (PathBuf::from(&status.parent_location), status.partition_index, spec.max_size);
         let grown = ctx
             .blocking("growing a partition", move || grow_partition(&disk, index, max))
             .await?
             .map_err(|e| StepError::failed(format!("growing {}: {e}", status.location)))?;
-        let mut next = volumes::advance(status, VolumePhase::Provisioned);
+        let mut next = advance(status, VolumePhase::Provisioned);
         if let Some(size) = grown {
             crate::kernel::console::line(&format!("volume: grew {} to {}", status.location, pretty_size(size)));
             next.size = size;

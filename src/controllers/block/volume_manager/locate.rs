@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::super::volumes::{self, Lookup, NotFound};
+use super::step::advance;
 use super::{StepError, VolumeManagerController, World};
 use crate::block::selector::Vars;
 use crate::cosi::Context;
@@ -17,6 +17,65 @@ use crate::resources::block::{DiscoveredVolume, VolumeConfig, VolumePhase, Volum
 /// How long after the first look with no device discovered a volume is still not called
 /// missing (the devices' controller may not have listed them yet).
 const NOTHING_DISCOVERED_GRACE: Duration = Duration::from_secs(5);
+
+/// What happens to a volume its locator did not find (Talos's `provisionNewVolume`): one the
+/// node does not make is missing; one it makes waits until every earlier wave is ready (so a
+/// user volume never races EPHEMERAL for the same free space), then is provisioned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NotFound {
+    Missing,
+    Wait(String),
+    Provision,
+}
+
+fn not_found(config: &VolumeConfig, earlier_waves: Result<(), i64>) -> NotFound {
+    if !config.provisioning.is_requested() {
+        return NotFound::Missing;
+    }
+    match earlier_waves {
+        Ok(()) => NotFound::Provision,
+        Err(wave) => NotFound::Wait(format!("waiting for the volumes of wave {wave} to be ready")),
+    }
+}
+
+/// Whether a volume of this type is ready as soon as it is asked for: a directory (made when
+/// mounted) or an external share — nothing on a disk to find or make.
+pub(super) fn is_ready_at_once(kind: VolumeType) -> bool {
+    matches!(kind, VolumeType::Directory | VolumeType::External)
+}
+
+/// The one disk a whole-disk volume's locator picks: none yet, or an error when it picks
+/// several (a whole-disk volume must not guess).
+fn one_disk<'a>(matched: &[&'a str]) -> Result<Option<&'a str>, String> {
+    match matched {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        many => Err(format!("multiple disks matched locator for disk volume; matched disks: {}", many.join(", "))),
+    }
+}
+
+/// The outcome of a locator over the discovered volumes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Lookup<'a> {
+    Found(&'a DiscoveredVolume),
+    NotFound,
+}
+
+/// The first discovered volume (in kernel-name order) the locator matches. A locator that
+/// fails to evaluate on a volume is an error for the whole volume: it says what it is.
+fn locate<'a, E>(
+    discovered: &'a [DiscoveredVolume],
+    mut matches: impl FnMut(&DiscoveredVolume) -> Result<bool, E>,
+) -> Result<Lookup<'a>, E> {
+    let mut sorted: Vec<&DiscoveredVolume> = discovered.iter().collect();
+    sorted.sort_by(|a, b| a.dev_path.cmp(&b.dev_path));
+    for v in sorted {
+        if matches(v)? {
+            return Ok(Lookup::Found(v));
+        }
+    }
+    Ok(Lookup::NotFound)
+}
 
 /// The status of a volume adopted where discovery found it.
 fn found_at(v: &DiscoveredVolume, status: &VolumeStatus) -> VolumeStatus {
@@ -29,11 +88,11 @@ fn found_at(v: &DiscoveredVolume, status: &VolumeStatus) -> VolumeStatus {
         size: v.size,
         pretty_size: pretty_size(v.size),
         disk_matches: Vec::new(),
-        ..volumes::advance(status, VolumePhase::Located)
+        ..advance(status, VolumePhase::Located)
     }
 }
 
-/// What becomes of a volume its locator did not find, given [`volumes::not_found`]'s answer:
+/// What becomes of a volume its locator did not find, given [`not_found`]'s answer:
 /// `None` to provision it now, else the status it settles in or the error it waits with.
 /// Missing is said only once discovery has had its look: a partition the kernel has that
 /// discovery has not shown yet may be the one (`undiscovered`), and right after start there
@@ -56,12 +115,10 @@ fn unfound(
             }
             Ok(Some(VolumeStatus {
                 error_message: "no volume matches the locator, and the volume is not provisioned by the node".into(),
-                ..volumes::advance(status, VolumePhase::Missing)
+                ..advance(status, VolumePhase::Missing)
             }))
         }
-        NotFound::Wait(why) => {
-            Ok(Some(VolumeStatus { error_message: why, ..volumes::advance(status, VolumePhase::Waiting) }))
-        }
+        NotFound::Wait(why) => Ok(Some(VolumeStatus { error_message: why, ..advance(status, VolumePhase::Waiting) })),
     }
 }
 
@@ -78,8 +135,8 @@ impl VolumeManagerController {
         earlier_waves: Result<(), i64>,
         world: &mut World,
     ) -> Result<VolumeStatus, StepError> {
-        if volumes::is_ready_at_once(config.kind) {
-            let mut next = volumes::advance(status, VolumePhase::Ready);
+        if is_ready_at_once(config.kind) {
+            let mut next = advance(status, VolumePhase::Ready);
             if config.kind == VolumeType::External {
                 next.location = config.provisioning.disk_selector.external.clone();
                 next.mount_location = next.location.clone();
@@ -99,9 +156,7 @@ impl VolumeManagerController {
         let nothing_yet = world.disks.is_empty() && world.discovered.is_empty();
         let started = &mut self.started;
         let in_grace = || nothing_yet && started.get_or_insert_with(Instant::now).elapsed() < NOTHING_DISCOVERED_GRACE;
-        if let Some(settled) =
-            unfound(volumes::not_found(config, earlier_waves), || undiscovered(world), in_grace, status)?
-        {
+        if let Some(settled) = unfound(not_found(config, earlier_waves), || undiscovered(world), in_grace, status)? {
             return Ok(settled);
         }
         self.provision(ctx, id, config, status, world).await
@@ -117,7 +172,7 @@ impl VolumeManagerController {
         let source = &config.locator.expression;
         let locator = self.expression(source, false).map_err(|e| format!("locator {source:?}: {e}"))?;
         let disks = &world.disks;
-        volumes::locate(&world.discovered, |v| {
+        locate(&world.discovered, |v| {
             let on = if v.parent_dev_path.is_empty() { &v.dev_path } else { &v.parent_dev_path };
             let vars = Vars::new().with_volume(&v.cel_view())?;
             let vars = match disks.iter().find(|(_, d)| &d.dev_path == on) {
@@ -150,10 +205,10 @@ impl VolumeManagerController {
                 matched.push(name.as_str());
             }
         }
-        let Some(name) = volumes::one_disk(&matched).map_err(StepError::failed)? else {
+        let Some(name) = one_disk(&matched).map_err(StepError::failed)? else {
             return Ok(VolumeStatus {
                 error_message: "no disk matches the locator".into(),
-                ..volumes::advance(status, VolumePhase::Waiting)
+                ..advance(status, VolumePhase::Waiting)
             });
         };
         let Some((_, disk)) = world.disks.iter().find(|(n, _)| n == name) else {
@@ -162,7 +217,7 @@ impl VolumeManagerController {
         let Some(v) = world.discovered.iter().find(|v| v.dev_path == disk.dev_path) else {
             return Ok(VolumeStatus {
                 error_message: format!("waiting for {} to be probed", disk.dev_path),
-                ..volumes::advance(status, VolumePhase::Waiting)
+                ..advance(status, VolumePhase::Waiting)
             });
         };
         Ok(VolumeStatus {
@@ -173,7 +228,7 @@ impl VolumeManagerController {
             size: v.size,
             pretty_size: pretty_size(v.size),
             disk_matches: Vec::new(),
-            ..volumes::advance(status, VolumePhase::Located)
+            ..advance(status, VolumePhase::Located)
         })
     }
 
@@ -188,7 +243,7 @@ impl VolumeManagerController {
     ) -> Vec<(String, VolumeStatus)> {
         let mut claims = Vec::new();
         for (id, config) in configs {
-            if statuses.get(id).is_some_and(|s| !s.location.is_empty()) || volumes::is_ready_at_once(config.kind) {
+            if statuses.get(id).is_some_and(|s| !s.location.is_empty()) || is_ready_at_once(config.kind) {
                 continue;
             }
             let at = |location: &str, parent: &str| VolumeStatus {
@@ -312,6 +367,89 @@ mod tests {
             let got = unfound(decision, || undiscovered, || in_grace, &VolumeStatus::default())
                 .map(|s| s.map(|s| (s.phase, s.error_message)));
             let want = want.map(|s| s.map(|(p, m)| (p, m.to_string())));
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_volume_not_found_is_missing_or_waits_for_its_wave() {
+        let mut provisioned = VolumeConfig::default();
+        provisioned.provisioning.disk_selector.expression = "system_disk".into();
+        provisioned.provisioning.partition_spec.min_size = 1 << 20;
+        let located_only = VolumeConfig::default();
+        let cases = [
+            ("the node does not make it", &located_only, Err(-1), NotFound::Missing),
+            ("the node does not make it, waves or not", &located_only, Ok(()), NotFound::Missing),
+            (
+                "an earlier wave holds it",
+                &provisioned,
+                Err(-1),
+                NotFound::Wait("waiting for the volumes of wave -1 to be ready".into()),
+            ),
+            ("its turn", &provisioned, Ok(()), NotFound::Provision),
+        ];
+        for (name, config, waves, want) in cases {
+            assert_eq!(not_found(config, waves), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_disks_and_partitions_are_looked_for() {
+        use VolumeType::*;
+        let cases = [
+            (Partition, false),
+            (Disk, false),
+            (Directory, true),
+            (External, true),
+            (Tmpfs, false),
+            (Symlink, false),
+            (Overlay, false),
+        ];
+        for (kind, want) in cases {
+            assert_eq!(is_ready_at_once(kind), want, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn a_disk_volume_takes_one_disk_or_none() {
+        type Case = (&'static str, &'static [&'static str], Result<Option<&'static str>, String>);
+        let cases: [Case; 3] = [
+            ("no disk yet", &[], Ok(None)),
+            ("the one disk", &["vdb"], Ok(Some("vdb"))),
+            (
+                "several: no guessing",
+                &["vdb", "vdc"],
+                Err("multiple disks matched locator for disk volume; matched disks: vdb, vdc".into()),
+            ),
+        ];
+        for (name, matched, want) in cases {
+            assert_eq!(one_disk(matched), want, "{name}");
+        }
+    }
+
+    fn dv(dev: &str, label: &str, name: &str) -> DiscoveredVolume {
+        DiscoveredVolume {
+            dev_path: dev.into(),
+            partition_label: label.into(),
+            name: name.into(),
+            ..DiscoveredVolume::default()
+        }
+    }
+
+    #[test]
+    fn locate_adopts_the_first_match_in_name_order() {
+        let vols = [dv("/dev/vdb1", "STATE", "xfs"), dv("/dev/vda5", "STATE", ""), dv("/dev/vda6", "EPHEMERAL", "")];
+        let cases = [
+            ("the first in name order of two", Some("STATE"), Ok(Lookup::Found(&vols[1]))),
+            ("the only one", Some("EPHEMERAL"), Ok(Lookup::Found(&vols[2]))),
+            ("none", Some("META"), Ok(Lookup::NotFound)),
+            ("a locator that fails says why", None, Err("no such field".to_string())),
+        ];
+        for (name, label, want) in cases {
+            let got = locate(&vols, |v| match label {
+                Some(l) => Ok(v.partition_label == l),
+                None => Err("no such field".to_string()),
+            });
             assert_eq!(got, want, "{name}");
         }
     }

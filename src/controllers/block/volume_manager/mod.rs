@@ -1,13 +1,13 @@
 //! `VolumeManagerController`: drives every `VolumeConfig` toward a ready volume, one step per
 //! phase (Waiting → Located → Provisioned → Prepared → Ready) as Talos's volume manager does,
-//! and records each in its `VolumeStatus`. The decisions are pure functions (the step each
-//! phase takes in [`super::volumes`], and each phase's own beside it here); this module gathers
-//! their inputs and carries out what they decide, one file per phase as Talos's
-//! `internal/volumes` is laid out: [`locate`] finds a volume, [`partition`] carves it into a
-//! disk's GPT (and announces it to the kernel), [`grow`] grows it into free space, [`encrypt`]
-//! opens or makes its LUKS2 layer, [`format`] makes its filesystem with the mkfs programs the
-//! rootfs carries (or writes a swap header), [`close`] closes it, and [`wipe`] runs the
-//! `DiskWipeConfig` wipes.
+//! and records each in its `VolumeStatus`. The decisions are pure functions, each in the file
+//! of the phase it decides for and table-tested there (the step each phase calls for, the
+//! order and the waves in [`step`]); this module gathers their inputs and carries out what they
+//! decide, one file per phase as Talos's `internal/volumes` is laid out: [`locate`] finds a
+//! volume, [`partition`] carves it into a disk's GPT (and announces it to the kernel),
+//! [`grow`] grows it into free space, [`encrypt`] opens or makes its LUKS2 layer, [`format`]
+//! makes its filesystem with the mkfs programs the rootfs carries (or writes a swap header),
+//! [`close`] closes it, and [`wipe`] runs the `DiskWipeConfig` wipes.
 //!
 //! Safety of data comes first: a volume is located before anything is made, a partition is
 //! only ever added or grown (never moved or removed), and a filesystem is made only where the
@@ -30,6 +30,7 @@ mod format;
 mod grow;
 mod locate;
 mod partition;
+mod step;
 mod wipe;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -38,7 +39,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::unlock::Unlocks;
-use super::volumes::{self, PhaseInputs, Step};
 use crate::block::encryption::{Kms, Tpm};
 use crate::block::probe;
 use crate::block::selector::{Env, Expression};
@@ -51,6 +51,7 @@ use crate::resources::block::{
 };
 use crate::resources::secrets::EncryptionSalt;
 use crate::services::Reaper;
+use step::{PhaseInputs, Step};
 
 pub use partition::partition_name;
 
@@ -209,7 +210,7 @@ impl Controller for VolumeManagerController {
         let mut retry_in = RetryIn::default();
         // Wipes first: nothing is provisioned on a disk in the pass that wipes it.
         if !self.run_wipes(ctx, &mut world, &statuses, &configs).await? {
-            retry_in.at_most(volumes::RETRY_AFTER);
+            retry_in.at_most(step::RETRY_AFTER);
         }
         for (id, config) in &configs {
             let status = self.drive(ctx, id, config, &configs, &mut statuses, &mut world, &mut retry_in).await?;
@@ -257,7 +258,7 @@ impl VolumeManagerController {
                 leaving.push(r);
             }
         }
-        configs.sort_by(|a, b| volumes::order_key(&a.0, &a.1).cmp(&volumes::order_key(&b.0, &b.1)));
+        configs.sort_by(|a, b| step::order_key(&a.0, &a.1).cmp(&step::order_key(&b.0, &b.1)));
         let statuses = ctx
             .list::<VolumeStatus>(NAMESPACE)?
             .into_iter()
@@ -300,7 +301,7 @@ impl VolumeManagerController {
         world: &mut World,
         retry_in: &mut RetryIn,
     ) -> Result<VolumeStatus, ReconcileError> {
-        let mut status = statuses.get(id).cloned().unwrap_or_else(|| volumes::initial(config));
+        let mut status = statuses.get(id).cloned().unwrap_or_else(|| step::initial(config));
         // What the config says of mounting and filesystem may change while the volume lives;
         // a volume the node does not format keeps the filesystem it was found with.
         status.mount_spec = config.mount.clone();
@@ -326,15 +327,15 @@ impl VolumeManagerController {
                 failed_for: self.failed_at.get(id).map(|t| t.elapsed()).unwrap_or(Duration::MAX),
                 device_gone: {
                     let seen: Vec<&str> = world.discovered.iter().map(|v| v.dev_path.as_str()).collect();
-                    volumes::device_gone(&status, &seen, world.mounted.contains(id), |path| Path::new(path).exists())
+                    step::device_gone(&status, &seen, world.mounted.contains(id), |path| Path::new(path).exists())
                 },
             };
             let phase = status.phase;
-            let outcome = match volumes::next_step(&inputs) {
+            let outcome = match step::next_step(&inputs) {
                 Step::Done => break,
                 Step::Wait(why) => {
                     if phase == VolumePhase::Failed {
-                        retry_in.at_most(volumes::RETRY_AFTER.saturating_sub(inputs.failed_for));
+                        retry_in.at_most(step::RETRY_AFTER.saturating_sub(inputs.failed_for));
                     } else {
                         status.error_message = why;
                     }
@@ -365,7 +366,7 @@ impl VolumeManagerController {
                             (c.provisioning.wave, statuses.get(other).map(|s| s.phase).unwrap_or_default())
                         })
                         .collect();
-                    let earlier = volumes::earlier_waves_ready(config.provisioning.wave, &waves);
+                    let earlier = step::earlier_waves_ready(config.provisioning.wave, &waves);
                     self.locate_and_provision(ctx, id, config, &status, earlier, world).await
                 }
                 Step::Grow => self.grow(ctx, config, &status).await,
@@ -383,7 +384,7 @@ impl VolumeManagerController {
                     if !moved {
                         break;
                     }
-                    if status.phase == VolumePhase::Ready && !volumes::is_ready_at_once(status.kind) {
+                    if status.phase == VolumePhase::Ready && !locate::is_ready_at_once(status.kind) {
                         crate::kernel::console::line(&format!(
                             "volume {id}: ready at {} ({})",
                             status.location, status.pretty_size
@@ -397,10 +398,10 @@ impl VolumeManagerController {
                 }
                 Err(e) => {
                     crate::kernel::console::line(&format!("volume {id}: {phase}: {}; retrying in 30s", e.message));
-                    status = volumes::fail(&status, phase, e.message);
+                    status = step::fail(&status, phase, e.message);
                     self.failed_at.insert(id.clone(), Instant::now());
                     self.failed_config.insert(id.clone(), config.clone());
-                    retry_in.at_most(volumes::RETRY_AFTER);
+                    retry_in.at_most(step::RETRY_AFTER);
                     break;
                 }
             }
