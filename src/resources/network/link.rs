@@ -350,6 +350,73 @@ pub fn vlan_link_name(base: &str, vlan_id: u16) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::network::test_util::{assert_yaml, ip};
+
+    /// Every bond setting set, so each shows under its Talos name (and the zero ones that
+    /// are skipped, skipped).
+    #[test]
+    fn a_bond_renders_as_talos() {
+        let bond = LinkSpec {
+            name: "bond0".into(),
+            logical: true,
+            up: true,
+            kind: LINK_KIND_BOND.into(),
+            link_type: LinkType::ETHER,
+            bond_master: BondMasterSpec {
+                mode: BondMode::ACTIVE_BACKUP,
+                hash_policy: BondXmitHashPolicy::LAYER34,
+                lacp_rate: LacpRate::FAST,
+                arp_validate: ArpValidate::ALL,
+                arp_all_targets: ArpAllTargets::ALL,
+                primary_index: Some(3),
+                primary_reselect: PrimaryReselect::BETTER,
+                fail_over_mac: FailOverMac::ACTIVE,
+                ad_select: AdSelect::COUNT,
+                mii_mon: 100,
+                up_delay: 200,
+                down_delay: 300,
+                arp_interval: 400,
+                resend_igmp: 1,
+                min_links: 2,
+                lp_interval: 1,
+                packets_per_slave: 1,
+                num_peer_notif: 1,
+                tlb_dynamic_lb: 1,
+                all_slaves_active: 1,
+                use_carrier: true,
+                ad_actor_sys_prio: 65535,
+                ad_user_port_key: 7,
+                peer_notify_delay: 500,
+                arp_ip_targets: vec![ip("10.0.0.1"), ip("10.0.0.2")],
+                ns_ip6_targets: vec![ip("fd00::1")],
+                ad_lacp_active: Some(AdLacpActive::ON),
+                missed_max: 2,
+                primary: "eth1".into(),
+            },
+            config_layer: ConfigLayer::MachineConfiguration,
+            ..LinkSpec::default()
+        };
+        assert_yaml(
+            &bond,
+            "name: bond0\nlogical: true\nup: true\nmtu: 0\nkind: bond\ntype: ether\nbondMaster:\n  mode: active-backup\n\
+             \x20 xmitHashPolicy: layer3+4\n  lacpRate: fast\n  arpValidate: all\n  arpAllTargets: all\n  primaryIndex: 3\n\
+             \x20 primaryReselect: better\n  failOverMac: active\n  adSelect: count\n  miimon: 100\n  updelay: 200\n\
+             \x20 downdelay: 300\n  arpInterval: 400\n  resendIgmp: 1\n  minLinks: 2\n  lpInterval: 1\n\
+             \x20 packetsPerSlave: 1\n  numPeerNotif: 1\n  tlbLogicalLb: 1\n  allSlavesActive: 1\n  useCarrier: true\n\
+             \x20 adActorSysPrio: 65535\n  adUserPortKey: 7\n  peerNotifyDelay: 500\n  arpIpTargets:\n  - 10.0.0.1\n\
+             \x20 - 10.0.0.2\n  nsIp6Targets:\n  - fd00::1\n  adLacpActive: \"on\"\n  missedMax: 2\n  primary: eth1\n\
+             layer: configuration\n",
+        );
+        let mut rr = LinkSpec { name: "bond1".into(), ..LinkSpec::default() };
+        rr.bond_master.fill_defaults();
+        assert_yaml(
+            &rr,
+            "name: bond1\nlogical: false\nup: false\nmtu: 0\nkind: \"\"\ntype: netrom\nbondMaster:\n  mode: balance-rr\n\
+             \x20 xmitHashPolicy: layer2\n  lacpRate: slow\n  arpValidate: none\n  arpAllTargets: any\n\
+             \x20 primaryReselect: always\n  failOverMac: none\n  resendIgmp: 1\n  lpInterval: 1\n  packetsPerSlave: 1\n\
+             \x20 numPeerNotif: 1\n  tlbLogicalLb: 1\n  useCarrier: true\n  missedMax: 2\nlayer: default\n",
+        );
+    }
 
     #[test]
     fn vlan_link_names_as_talos() {
