@@ -1,14 +1,11 @@
 //! Links: the desired ones (with their vlan, bond, bridge and veth settings, and where a
 //! port is enslaved) and those the kernel reports.
 
-use std::net::IpAddr;
-
 use serde::{Deserialize, Serialize};
 
 use super::{
-    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMode, BondXmitHashPolicy, ConfigLayer, Duplex, FailOverMac,
-    HardwareAddress, LacpRate, LinkFlags, LinkType, NAMESPACE, OperationalState, Port, PrimaryReselect, VlanProtocol,
-    is_default,
+    BondMasterSpec, ConfigLayer, Duplex, HardwareAddress, LinkFlags, LinkType, NAMESPACE, OperationalState, Port,
+    VlanProtocol, is_default,
 };
 use crate::cosi::{PrintColumn, ResourceDefinition, ResourceSpec, Sensitivity};
 
@@ -31,95 +28,6 @@ pub struct VlanSpec {
     pub vid: u16,
     #[serde(rename = "vlanProtocol")]
     pub protocol: VlanProtocol,
-}
-
-/// A bond's settings, as the bonding driver names them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "camelCase", default)]
-pub struct BondMasterSpec {
-    pub mode: BondMode,
-    #[serde(rename = "xmitHashPolicy")]
-    pub hash_policy: BondXmitHashPolicy,
-    pub lacp_rate: LacpRate,
-    #[serde(rename = "arpValidate")]
-    pub arp_validate: ArpValidate,
-    #[serde(rename = "arpAllTargets")]
-    pub arp_all_targets: ArpAllTargets,
-    /// The primary slave's index as the kernel reports it; configuration sets `primary`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub primary_index: Option<u32>,
-    pub primary_reselect: PrimaryReselect,
-    pub fail_over_mac: FailOverMac,
-    #[serde(rename = "adSelect", skip_serializing_if = "is_default")]
-    pub ad_select: AdSelect,
-    #[serde(rename = "miimon", skip_serializing_if = "is_default")]
-    pub mii_mon: u32,
-    #[serde(rename = "updelay", skip_serializing_if = "is_default")]
-    pub up_delay: u32,
-    #[serde(rename = "downdelay", skip_serializing_if = "is_default")]
-    pub down_delay: u32,
-    #[serde(rename = "arpInterval", skip_serializing_if = "is_default")]
-    pub arp_interval: u32,
-    #[serde(rename = "resendIgmp", skip_serializing_if = "is_default")]
-    pub resend_igmp: u32,
-    #[serde(skip_serializing_if = "is_default")]
-    pub min_links: u32,
-    #[serde(rename = "lpInterval", skip_serializing_if = "is_default")]
-    pub lp_interval: u32,
-    #[serde(skip_serializing_if = "is_default")]
-    pub packets_per_slave: u32,
-    #[serde(skip_serializing_if = "is_default")]
-    pub num_peer_notif: u8,
-    #[serde(rename = "tlbLogicalLb", skip_serializing_if = "is_default")]
-    pub tlb_dynamic_lb: u8,
-    #[serde(skip_serializing_if = "is_default")]
-    pub all_slaves_active: u8,
-    #[serde(skip_serializing_if = "is_default")]
-    pub use_carrier: bool,
-    #[serde(rename = "adActorSysPrio", skip_serializing_if = "is_default")]
-    pub ad_actor_sys_prio: u16,
-    #[serde(rename = "adUserPortKey", skip_serializing_if = "is_default")]
-    pub ad_user_port_key: u16,
-    #[serde(skip_serializing_if = "is_default")]
-    pub peer_notify_delay: u32,
-    #[serde(rename = "arpIpTargets", skip_serializing_if = "Vec::is_empty")]
-    pub arp_ip_targets: Vec<IpAddr>,
-    #[serde(rename = "nsIp6Targets", skip_serializing_if = "Vec::is_empty")]
-    pub ns_ip6_targets: Vec<IpAddr>,
-    #[serde(rename = "adLacpActive", skip_serializing_if = "Option::is_none")]
-    pub ad_lacp_active: Option<AdLacpActive>,
-    #[serde(skip_serializing_if = "is_default")]
-    pub missed_max: u8,
-    /// The name of the primary slave (active-backup, balance-tlb, balance-alb).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub primary: String,
-}
-
-impl BondMasterSpec {
-    /// Talos's defaults for settings left zero, matching what the kernel reports back for
-    /// a new bond (so the spec and the status compare equal).
-    pub fn fill_defaults(&mut self) {
-        // Linux 6.18 locks use_carrier on.
-        self.use_carrier = true;
-        for v in [&mut self.resend_igmp, &mut self.lp_interval, &mut self.packets_per_slave] {
-            if *v == 0 {
-                *v = 1;
-            }
-        }
-        if self.num_peer_notif == 0 {
-            self.num_peer_notif = 1;
-        }
-        let tlb_alb = self.mode == BondMode::ALB || self.mode == BondMode::TLB;
-        if !tlb_alb {
-            self.tlb_dynamic_lb = 1;
-        }
-        if self.mode == BondMode::IEEE_802_3AD && self.ad_actor_sys_prio == 0 {
-            self.ad_actor_sys_prio = 65535;
-        }
-        if !tlb_alb && self.mode != BondMode::IEEE_802_3AD && self.missed_max == 0 {
-            self.missed_max = 2;
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -351,6 +259,10 @@ pub fn vlan_link_name(base: &str, vlan_id: u16) -> String {
 mod tests {
     use super::*;
     use crate::resources::network::test_util::{assert_yaml, ip};
+    use crate::resources::network::{
+        AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMode, BondXmitHashPolicy, FailOverMac, LacpRate,
+        PrimaryReselect,
+    };
 
     /// Every bond setting set, so each shows under its Talos name (and the zero ones that
     /// are skipped, skipped).
@@ -431,28 +343,5 @@ mod tests {
         for (base, id, want) in cases {
             assert_eq!(vlan_link_name(base, id), want);
         }
-    }
-
-    #[test]
-    fn bond_defaults_as_talos() {
-        let mut rr = BondMasterSpec::default();
-        rr.fill_defaults();
-        let want = BondMasterSpec {
-            resend_igmp: 1,
-            lp_interval: 1,
-            packets_per_slave: 1,
-            num_peer_notif: 1,
-            tlb_dynamic_lb: 1,
-            use_carrier: true,
-            missed_max: 2,
-            ..BondMasterSpec::default()
-        };
-        assert_eq!(rr, want);
-        let mut lacp = BondMasterSpec { mode: BondMode::IEEE_802_3AD, ..BondMasterSpec::default() };
-        lacp.fill_defaults();
-        assert_eq!((lacp.ad_actor_sys_prio, lacp.missed_max, lacp.tlb_dynamic_lb), (65535, 0, 1));
-        let mut alb = BondMasterSpec { mode: BondMode::ALB, ..BondMasterSpec::default() };
-        alb.fill_defaults();
-        assert_eq!((alb.ad_actor_sys_prio, alb.missed_max, alb.tlb_dynamic_lb), (0, 0, 0));
     }
 }

@@ -28,15 +28,22 @@ pub(crate) mod test_util;
 mod timeserver;
 mod values;
 
+pub use crate::types::NetworkValueError;
+/// A bond's settings are one type from the kernel adapter up to the configuration; here it
+/// goes by Talos's name.
+pub use crate::types::bond::{
+    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMode, BondSettings as BondMasterSpec, BondXmitHashPolicy,
+    FailOverMac, LacpRate, PrimaryReselect,
+};
 pub use address::{AddressSpec, AddressStatus, address_id};
 pub use device_config::DeviceConfigSpec;
 pub use hardware_addr::HardwareAddr;
 pub use hostdns::{DnsResolveCache, HostDnsConfig};
 pub use hostname::{HostnameSpec, HostnameStatus};
 pub use link::{
-    BondMasterSpec, BondSlave, BridgeMasterSpec, BridgeSlave, BridgeVlanSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE,
-    LINK_KIND_DUMMY, LINK_KIND_VETH, LINK_KIND_VLAN, LINK_KIND_VRF, LINK_KIND_WIREGUARD, LinkSpec, LinkStatus, StpSpec,
-    VethSpec, VlanSpec, link_id, vlan_link_name,
+    BondSlave, BridgeMasterSpec, BridgeSlave, BridgeVlanSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY,
+    LINK_KIND_VETH, LINK_KIND_VLAN, LINK_KIND_VRF, LINK_KIND_WIREGUARD, LinkSpec, LinkStatus, StpSpec, VethSpec,
+    VlanSpec, link_id, vlan_link_name,
 };
 pub use node_address::{NodeAddress, NodeAddressFilter, filtered_node_address_id};
 pub use operator::{
@@ -47,10 +54,8 @@ pub use route::{DEFAULT_ROUTE_METRIC, RouteNextHop, RouteSpec, RouteStatus, rout
 pub use status::NetworkStatus;
 pub use timeserver::{TimeServerSpec, TimeServerStatus};
 pub use values::{
-    AdLacpActive, AdSelect, AddressFlags, AddressSortAlgorithm, ArpAllTargets, ArpValidate, BondMode,
-    BondXmitHashPolicy, ClientIdentifier, Duplex, FailOverMac, Family, HardwareAddress, LacpRate, LinkFlags, LinkType,
-    OperationalState, Port, PrimaryReselect, RouteFlags, RouteProtocol, RouteType, RoutingTable, Scope, VlanProtocol,
-    netmask_bits,
+    AddressFlags, AddressSortAlgorithm, ClientIdentifier, Duplex, Family, HardwareAddress, LinkFlags, LinkType,
+    OperationalState, Port, RouteFlags, RouteProtocol, RouteType, RoutingTable, Scope, VlanProtocol, netmask_bits,
 };
 
 use std::fmt;
@@ -59,20 +64,12 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::cosi::{Registry, RegistryError};
+use crate::types::is_default;
 
 /// Merged desired specs and observed statuses.
 pub const NAMESPACE: &str = "network";
 /// Layered candidates, one per config source, ids `<layer>/<id>`.
 pub const CONFIG_NAMESPACE: &str = "network-config";
-
-/// A value in a network resource that is not one its type knows.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum NetworkValueError {
-    #[error("{kind}: unknown value {value:?}")]
-    Unknown { kind: &'static str, value: String },
-    #[error("{kind} {value:?}: {reason}")]
-    Invalid { kind: &'static str, value: String, reason: String },
-}
 
 // ---------------------------------------------------------------------------------------------
 // Config layers and ids
@@ -161,10 +158,6 @@ mod empty_as_none {
             Some(s) => s.parse().map(Some).map_err(de::Error::custom),
         }
     }
-}
-
-fn is_default<T: Default + PartialEq>(value: &T) -> bool {
-    *value == T::default()
 }
 
 /// Registers both network namespaces and every network type.

@@ -5,95 +5,11 @@ use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use serde::de::{self, Deserializer, Visitor};
+use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 
 use super::NetworkValueError;
-
-/// A numeric kernel value with names for the values Talos knows; shown and parsed by name,
-/// any other value as its number.
-macro_rules! named_number {
-    ($(#[$meta:meta])* $name:ident($repr:ty), $kind:literal {
-        $($konst:ident = $value:expr => $text:literal),* $(,)?
-    }) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-        pub struct $name(pub $repr);
-
-        impl $name {
-            $(pub const $konst: $name = $name($value);)*
-
-            /// Talos's name for this value, if it has one.
-            pub fn name(self) -> Option<&'static str> {
-                $(if self.0 == $value { return Some($text); })*
-                None
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                match self.name() {
-                    Some(name) => f.write_str(name),
-                    None => write!(f, "{}", self.0),
-                }
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = NetworkValueError;
-            fn from_str(s: &str) -> Result<Self, Self::Err> {
-                $(if s == $text { return Ok($name($value)); })*
-                s.parse::<$repr>()
-                    .map($name)
-                    .map_err(|_| NetworkValueError::Unknown { kind: $kind, value: s.to_string() })
-            }
-        }
-
-        impl Serialize for $name {
-            fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-                serializer.collect_str(self)
-            }
-        }
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-                deserializer.deserialize_any(NamedVisitor::<$name>::new($kind))
-            }
-        }
-    };
-}
-
-/// Accepts a name (or number as text) through `FromStr`, or a bare number.
-struct NamedVisitor<T> {
-    kind: &'static str,
-    _t: std::marker::PhantomData<T>,
-}
-
-impl<T> NamedVisitor<T> {
-    fn new(kind: &'static str) -> Self {
-        NamedVisitor { kind, _t: std::marker::PhantomData }
-    }
-}
-
-impl<T: FromStr<Err = NetworkValueError>> Visitor<'_> for NamedVisitor<T> {
-    type Value = T;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a {} name or number", self.kind)
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<T, E> {
-        v.parse().map_err(E::custom)
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<T, E> {
-        self.visit_str(&v.to_string())
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
-        self.visit_str(&v.to_string())
-    }
-}
+use crate::types::{NamedVisitor, named_number};
 
 named_number! {
     /// Address family (`AF_INET` = 2, `AF_INET6` = 10).
@@ -180,53 +96,6 @@ named_number! {
 named_number! {
     /// Duplex (ethtool `DUPLEX_*`).
     Duplex(u8), "duplex" { HALF = 0 => "Half", FULL = 1 => "Full", UNKNOWN = 0xff => "Unknown" }
-}
-
-named_number! {
-    /// Bonding mode, as the bonding driver names it.
-    BondMode(u8), "bond mode" {
-        ROUND_ROBIN = 0 => "balance-rr", ACTIVE_BACKUP = 1 => "active-backup", XOR = 2 => "balance-xor",
-        BROADCAST = 3 => "broadcast", IEEE_802_3AD = 4 => "802.3ad", TLB = 5 => "balance-tlb",
-        ALB = 6 => "balance-alb",
-    }
-}
-
-named_number! {
-    BondXmitHashPolicy(u8), "xmit hash policy" {
-        LAYER2 = 0 => "layer2", LAYER34 = 1 => "layer3+4", LAYER23 = 2 => "layer2+3", ENCAP23 = 3 => "encap2+3",
-        ENCAP34 = 4 => "encap3+4",
-    }
-}
-
-named_number! {
-    LacpRate(u8), "lacp rate" { SLOW = 0 => "slow", FAST = 1 => "fast" }
-}
-
-named_number! {
-    ArpValidate(u32), "arp validate" {
-        NONE = 0 => "none", ACTIVE = 1 => "active", BACKUP = 2 => "backup", ALL = 3 => "all", FILTER = 4 => "filter",
-        FILTER_ACTIVE = 5 => "filter-active", FILTER_BACKUP = 6 => "filter-backup",
-    }
-}
-
-named_number! {
-    ArpAllTargets(u32), "arp all targets" { ANY = 0 => "any", ALL = 1 => "all" }
-}
-
-named_number! {
-    PrimaryReselect(u8), "primary reselect" { ALWAYS = 0 => "always", BETTER = 1 => "better", FAILURE = 2 => "failure" }
-}
-
-named_number! {
-    FailOverMac(u8), "fail over mac" { NONE = 0 => "none", ACTIVE = 1 => "active", FOLLOW = 2 => "follow" }
-}
-
-named_number! {
-    AdSelect(u8), "ad select" { STABLE = 0 => "stable", BANDWIDTH = 1 => "bandwidth", COUNT = 2 => "count" }
-}
-
-named_number! {
-    AdLacpActive(u8), "ad lacp active" { OFF = 0 => "off", ON = 1 => "on" }
 }
 
 named_number! {
@@ -433,6 +302,7 @@ impl<'de> Deserialize<'de> for HardwareAddress {
 mod tests {
     use super::*;
     use crate::resources::network::test_util::{ip, prefix};
+    use crate::resources::network::{BondMode, BondXmitHashPolicy};
     use crate::types::IpPrefix;
 
     #[test]
