@@ -19,6 +19,10 @@ use super::reader::R;
 use super::typed::{Hostname, TimeServer};
 use super::value::Path;
 use crate::types::IpPrefix;
+use crate::types::bond::{
+    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMode, BondSettings, BondXmitHashPolicy, FailOverMac,
+    LacpRate, PrimaryReselect,
+};
 
 /// A CIDR as the configuration takes it (`192.168.1.2/24`, host bits kept): the length in
 /// at most three digits, leading zeros taken. This is the configuration's own rule, kept at
@@ -110,57 +114,13 @@ impl Default for DhcpOptions {
     }
 }
 
-/// A bond's driver settings, by the bonding driver's names. Enumerated settings are checked
-/// against those names here and kept as text (empty: the driver's default).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BondOptions {
-    pub mode: String,
-    pub xmit_hash_policy: String,
-    pub lacp_rate: String,
-    pub arp_validate: String,
-    pub arp_all_targets: String,
-    pub primary: String,
-    pub primary_reselect: String,
-    pub fail_over_mac: String,
-    pub ad_select: String,
-    pub ad_lacp_active: String,
-    pub arp_ip_targets: Vec<IpAddr>,
-    pub ns_ip6_targets: Vec<IpAddr>,
-    pub miimon: u32,
-    pub updelay: u32,
-    pub downdelay: u32,
-    pub arp_interval: u32,
-    pub resend_igmp: u32,
-    pub min_links: u32,
-    pub lp_interval: u32,
-    pub packets_per_slave: u32,
-    pub num_peer_notif: u8,
-    pub tlb_dynamic_lb: u8,
-    pub all_slaves_active: u8,
-    pub use_carrier: bool,
-    pub ad_actor_sys_prio: u16,
-    pub ad_user_port_key: u16,
-    pub peer_notify_delay: u32,
-    pub missed_max: u8,
-}
-
-pub const BOND_MODES: &[&str] =
-    &["balance-rr", "active-backup", "balance-xor", "broadcast", "802.3ad", "balance-tlb", "balance-alb"];
-const HASH_POLICIES: &[&str] = &["layer2", "layer3+4", "layer2+3", "encap2+3", "encap3+4"];
-const LACP_RATES: &[&str] = &["slow", "fast"];
-const ARP_VALIDATES: &[&str] = &["none", "active", "backup", "all", "filter", "filter-active", "filter-backup"];
-const ARP_ALL_TARGETS: &[&str] = &["any", "all"];
-const PRIMARY_RESELECTS: &[&str] = &["always", "better", "failure"];
-const FAIL_OVER_MACS: &[&str] = &["none", "active", "follow"];
-const AD_SELECTS: &[&str] = &["stable", "bandwidth", "count"];
-const AD_LACP_ACTIVES: &[&str] = &["on", "off"];
-
 /// v1alpha1 `interfaces[].bond`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Bond {
     pub interfaces: Vec<String>,
     pub device_selectors: Vec<DeviceSelector>,
-    pub options: BondOptions,
+    /// The primary as the configuration names it (`primary`), not yet resolved to a link.
+    pub options: BondSettings,
 }
 
 /// v1alpha1 `interfaces[].bridge`.
@@ -227,7 +187,7 @@ pub enum LinkKind {
     /// `VLANConfig`: `vlanMode` is `802.1q` or `802.1ad` (empty: 802.1q).
     Vlan { vlan_id: u16, mode: String, parent: String },
     /// `BondConfig`.
-    Bond { links: Vec<String>, options: Box<BondOptions> },
+    Bond { links: Vec<String>, options: Box<BondSettings> },
     /// `BridgeConfig`.
     Bridge { links: Vec<String>, stp: bool, vlan_filtering: bool },
 }
@@ -379,25 +339,27 @@ impl R<'_> {
     }
 
     /// Bond settings; `mode_key`, `targets_key` and the LACP key differ between v1alpha1 and
-    /// `BondConfig`, the rest share their names up to case.
-    fn bond_options(&self, path: &Path, v1: bool) -> Result<BondOptions, ConfigError> {
+    /// `BondConfig`, the rest share their names up to case. Enumerated settings take the
+    /// bonding driver's names only (not its numbers); unset, the driver's default.
+    fn bond_options(&self, path: &Path, v1: bool) -> Result<BondSettings, ConfigError> {
         let k = |v1_name: &str, doc_name: &str| path.key(if v1 { v1_name } else { doc_name });
-        Ok(BondOptions {
-            mode: self.choice(&k("mode", "bondMode"), BOND_MODES)?,
-            xmit_hash_policy: self.choice(&path.key("xmitHashPolicy"), HASH_POLICIES)?,
-            lacp_rate: self.choice(&path.key("lacpRate"), LACP_RATES)?,
-            arp_validate: self.choice(&path.key("arpValidate"), ARP_VALIDATES)?,
-            arp_all_targets: self.choice(&path.key("arpAllTargets"), ARP_ALL_TARGETS)?,
+        Ok(BondSettings {
+            mode: self.named(&k("mode", "bondMode"), BondMode::NAMES)?.unwrap_or_default(),
+            hash_policy: self.named(&path.key("xmitHashPolicy"), BondXmitHashPolicy::NAMES)?.unwrap_or_default(),
+            lacp_rate: self.named(&path.key("lacpRate"), LacpRate::NAMES)?.unwrap_or_default(),
+            arp_validate: self.named(&path.key("arpValidate"), ArpValidate::NAMES)?.unwrap_or_default(),
+            arp_all_targets: self.named(&path.key("arpAllTargets"), ArpAllTargets::NAMES)?.unwrap_or_default(),
             primary: self.string(&path.key("primary")),
-            primary_reselect: self.choice(&path.key("primaryReselect"), PRIMARY_RESELECTS)?,
-            fail_over_mac: self.choice(&path.key("failOverMac"), FAIL_OVER_MACS)?,
-            ad_select: self.choice(&path.key("adSelect"), AD_SELECTS)?,
-            ad_lacp_active: if v1 { String::new() } else { self.choice(&path.key("adLACPActive"), AD_LACP_ACTIVES)? },
+            primary_index: None,
+            primary_reselect: self.named(&path.key("primaryReselect"), PrimaryReselect::NAMES)?.unwrap_or_default(),
+            fail_over_mac: self.named(&path.key("failOverMac"), FailOverMac::NAMES)?.unwrap_or_default(),
+            ad_select: self.named(&path.key("adSelect"), AdSelect::NAMES)?.unwrap_or_default(),
+            ad_lacp_active: if v1 { None } else { self.named(&path.key("adLACPActive"), AdLacpActive::NAMES)? },
             arp_ip_targets: self.parse_list(&k("arpIPTarget", "arpIpTargets"), ip)?,
             ns_ip6_targets: if v1 { Vec::new() } else { self.parse_list(&path.key("nsIp6Targets"), ip)? },
-            miimon: self.int(&path.key("miimon"))?.unwrap_or(0),
-            updelay: self.int(&path.key("updelay"))?.unwrap_or(0),
-            downdelay: self.int(&path.key("downdelay"))?.unwrap_or(0),
+            mii_mon: self.int(&path.key("miimon"))?.unwrap_or(0),
+            up_delay: self.int(&path.key("updelay"))?.unwrap_or(0),
+            down_delay: self.int(&path.key("downdelay"))?.unwrap_or(0),
             arp_interval: self.int(&path.key("arpInterval"))?.unwrap_or(0),
             resend_igmp: self.int(&k("resendIgmp", "resendIGMP"))?.unwrap_or(0),
             min_links: self.int(&path.key("minLinks"))?.unwrap_or(0),
@@ -512,7 +474,7 @@ impl R<'_> {
                     return Err(self.invalid(&root.key("links"), "a bond needs at least one link"));
                 }
                 let options = self.bond_options(&root, false)?;
-                if options.mode.is_empty() {
+                if self.str(&root.key("bondMode")).is_none() {
                     return Err(self.invalid(&root.key("bondMode"), "a bond needs its mode"));
                 }
                 LinkKind::Bond { links, options: Box::new(options) }
@@ -866,8 +828,8 @@ machine:
         assert_eq!(sel.dhcp_options.duid_v6, "00:01:00:01");
         let bond = v.devices[2].bond.as_ref().unwrap();
         assert_eq!(bond.interfaces, ["eth1", "eth2"]);
-        assert_eq!((bond.options.mode.as_str(), bond.options.lacp_rate.as_str()), ("802.3ad", "fast"));
-        assert_eq!((bond.options.xmit_hash_policy.as_str(), bond.options.miimon), ("layer3+4", 100));
+        assert_eq!((bond.options.mode, bond.options.lacp_rate), (BondMode::IEEE_802_3AD, LacpRate::FAST));
+        assert_eq!((bond.options.hash_policy, bond.options.mii_mon), (BondXmitHashPolicy::LAYER34, 100));
         assert_eq!(bond.options.arp_ip_targets, ["10.0.0.1".parse::<IpAddr>().unwrap()]);
         let bridge = v.devices[3].bridge.as_ref().unwrap();
         assert_eq!((bridge.interfaces.as_slice(), bridge.stp), (&["eth3".to_string()][..], true));
@@ -981,8 +943,8 @@ hostnames: [api.local]
         assert_eq!(v.links[2].kind, LinkKind::Vlan { vlan_id: 10, mode: "802.1ad".into(), parent: "enp0s2".into() });
         let LinkKind::Bond { links, options } = &v.links[3].kind else { panic!("not a bond") };
         assert_eq!(
-            (links.len(), options.mode.as_str(), options.primary.as_str(), options.missed_max),
-            (2, "active-backup", "enp0s3", 3)
+            (links.len(), options.mode, options.primary.as_str(), options.missed_max),
+            (2, BondMode::ACTIVE_BACKUP, "enp0s3", 3)
         );
         assert_eq!(
             v.links[4].kind,
@@ -1112,6 +1074,15 @@ hostnames: [api.local]
             (
                 doc("kind: BondConfig\nname: bond0\nbondMode: 802.3ad\n"),
                 "BondConfig bond0: links: a bond needs at least one link",
+            ),
+            (
+                doc("kind: BondConfig\nname: bond0\nlinks: [eth0]\n"),
+                "BondConfig bond0: bondMode: a bond needs its mode",
+            ),
+            (
+                v1("    interfaces:\n      - interface: bond0\n        bond:\n          mode: \"4\"\n"),
+                "v1alpha1: machine.network.interfaces[0].bond.mode: \"4\" is not one of balance-rr, active-backup, \
+                 balance-xor, broadcast, 802.3ad, balance-tlb, balance-alb",
             ),
             (
                 doc("kind: DummyLinkConfig\nname: d0\nhardwareAddr: zz\n"),

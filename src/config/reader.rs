@@ -2,6 +2,8 @@
 //! `block.rs`): absent, null and empty values read as "not said", and every error it makes
 //! names the document and the field's path. It only reads; what a value means is the views'.
 
+use std::str::FromStr;
+
 use super::ConfigError;
 use super::document::Document;
 use super::value::{Path, Value};
@@ -87,6 +89,17 @@ impl<'a> R<'a> {
             None => Ok(String::new()),
             Some(s) if allowed.contains(&s) => Ok(s.to_string()),
             Some(s) => Err(self.invalid(path, format!("{s:?} is not one of {}", allowed.join(", ")))),
+        }
+    }
+
+    /// One of a named value's `names` (as [`R::choice`]), parsed into it; `None` when unset.
+    pub(super) fn named<T: FromStr>(&self, path: &Path, names: &[&str]) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: std::fmt::Display,
+    {
+        match self.choice(path, names)?.as_str() {
+            "" => Ok(None),
+            s => s.parse().map(Some).map_err(|e: T::Err| self.invalid(path, e.to_string())),
         }
     }
 }

@@ -774,21 +774,17 @@ mod tests {
         let bond = &n.links[0];
         assert!(bond.logical && bond.up);
         assert_eq!((bond.kind.as_str(), bond.link_type, bond.mtu), ("bond", LinkType::ETHER, 1450));
-        let want = BondMasterSpec {
+        let mut want = BondMasterSpec {
             mode: BondMode::IEEE_802_3AD,
             hash_policy: BondXmitHashPolicy::LAYER23,
             mii_mon: 100,
             arp_ip_targets: vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()],
-            ad_actor_sys_prio: 65535,
-            resend_igmp: 1,
-            lp_interval: 1,
-            packets_per_slave: 1,
-            num_peer_notif: 1,
-            tlb_dynamic_lb: 1,
-            use_carrier: true,
             ..BondMasterSpec::default()
         };
+        // What the options leave unsaid takes Talos's defaults.
+        want.fill_defaults();
         assert_eq!(bond.bond_master, want);
+        assert_eq!((bond.bond_master.ad_actor_sys_prio, bond.bond_master.resend_igmp), (65535, 1));
         assert!(n.links.iter().all(|l| l.config_layer == ConfigLayer::Cmdline));
         let primary = parse_str("bond=bond0:enxa,enxb:mode=active-backup,primary=enxa").unwrap();
         assert_eq!(primary.links[0].bond_master.primary, "eth31");

@@ -13,15 +13,14 @@ use std::net::IpAddr;
 use std::str::FromStr;
 
 use crate::config::network::{
-    BondOptions, Device, DeviceSelector, DhcpConfig, DhcpOptions, LinkKind, NetworkView, Route, glob_match,
+    Device, DeviceSelector, DhcpConfig, DhcpOptions, LinkKind, NetworkView, Route, glob_match,
 };
 use crate::network::cmdline::LinkResolver;
 use crate::resources::network::{
-    AdLacpActive, AdSelect, AddressFlags, AddressSpec, ArpAllTargets, ArpValidate, BondMasterSpec, BondMode, BondSlave,
-    BondXmitHashPolicy, BridgeMasterSpec, BridgeSlave, BridgeVlanSpec, ClientIdentifier, ClientIdentifierSpec,
-    ConfigLayer, DEFAULT_ROUTE_METRIC, Dhcp4OperatorSpec, Dhcp6OperatorSpec, FailOverMac, Family, HardwareAddress,
-    HostnameSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VLAN, LacpRate, LinkSpec, LinkStatus,
-    LinkType, Operator, OperatorSpec, PrimaryReselect, ResolverSpec, RouteProtocol, RouteSpec, RouteType, RoutingTable,
+    AddressFlags, AddressSpec, BondMasterSpec, BondSlave, BridgeMasterSpec, BridgeSlave, BridgeVlanSpec,
+    ClientIdentifier, ClientIdentifierSpec, ConfigLayer, DEFAULT_ROUTE_METRIC, Dhcp4OperatorSpec, Dhcp6OperatorSpec,
+    Family, HardwareAddress, HostnameSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VLAN, LinkSpec,
+    LinkStatus, LinkType, Operator, OperatorSpec, ResolverSpec, RouteProtocol, RouteSpec, RouteType, RoutingTable,
     Scope, StpSpec, TimeServerSpec, VlanProtocol, VlanSpec, vlan_link_name,
 };
 use crate::types::IpPrefix;
@@ -219,40 +218,11 @@ fn parse_or_default<T: FromStr + Default>(name: &str) -> T {
     if name.is_empty() { T::default() } else { name.parse().unwrap_or_default() }
 }
 
-/// A bond's master settings, the driver's defaults filled in as Talos does.
-fn bond_master(options: &BondOptions, links: &LinkResolver) -> BondMasterSpec {
-    let mut spec = BondMasterSpec {
-        mode: parse_or_default::<BondMode>(&options.mode),
-        hash_policy: parse_or_default::<BondXmitHashPolicy>(&options.xmit_hash_policy),
-        lacp_rate: parse_or_default::<LacpRate>(&options.lacp_rate),
-        arp_validate: parse_or_default::<ArpValidate>(&options.arp_validate),
-        arp_all_targets: parse_or_default::<ArpAllTargets>(&options.arp_all_targets),
-        primary_reselect: parse_or_default::<PrimaryReselect>(&options.primary_reselect),
-        fail_over_mac: parse_or_default::<FailOverMac>(&options.fail_over_mac),
-        ad_select: parse_or_default::<AdSelect>(&options.ad_select),
-        ad_lacp_active: (!options.ad_lacp_active.is_empty())
-            .then(|| parse_or_default::<AdLacpActive>(&options.ad_lacp_active)),
-        mii_mon: options.miimon,
-        up_delay: options.updelay,
-        down_delay: options.downdelay,
-        arp_interval: options.arp_interval,
-        resend_igmp: options.resend_igmp,
-        min_links: options.min_links,
-        lp_interval: options.lp_interval,
-        packets_per_slave: options.packets_per_slave,
-        num_peer_notif: options.num_peer_notif,
-        tlb_dynamic_lb: options.tlb_dynamic_lb,
-        all_slaves_active: options.all_slaves_active,
-        use_carrier: options.use_carrier,
-        ad_actor_sys_prio: options.ad_actor_sys_prio,
-        ad_user_port_key: options.ad_user_port_key,
-        peer_notify_delay: options.peer_notify_delay,
-        arp_ip_targets: options.arp_ip_targets.clone(),
-        ns_ip6_targets: options.ns_ip6_targets.clone(),
-        missed_max: options.missed_max,
-        primary: if options.primary.is_empty() { String::new() } else { links.resolve(&options.primary) },
-        ..BondMasterSpec::default()
-    };
+/// A bond's master settings, the primary resolved to its link and the driver's defaults
+/// filled in as Talos does.
+fn bond_master(options: &BondMasterSpec, links: &LinkResolver) -> BondMasterSpec {
+    let primary = if options.primary.is_empty() { String::new() } else { links.resolve(&options.primary) };
+    let mut spec = BondMasterSpec { primary, ..options.clone() };
     spec.fill_defaults();
     spec
 }
@@ -564,7 +534,7 @@ pub fn time_server_spec(view: &NetworkView, layer: ConfigLayer) -> Option<TimeSe
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resources::network::{HardwareAddress, LinkFlags};
+    use crate::resources::network::{BondMode, HardwareAddress, LacpRate, LinkFlags};
 
     const L: ConfigLayer = ConfigLayer::MachineConfiguration;
 

@@ -18,8 +18,8 @@ use crate::kernel::netlink::{
     BondSettings, BridgeSettings, Groups, Link, LinkData, LinkKind, Netlink, NetlinkError, VlanInfo, VlanProtocol,
 };
 use crate::resources::network::{
-    BondMasterSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VETH, LINK_KIND_VLAN, LinkFlags,
-    LinkSpec,
+    AdLacpActive, BondMasterSpec, LINK_KIND_BOND, LINK_KIND_BRIDGE, LINK_KIND_DUMMY, LINK_KIND_VETH, LINK_KIND_VLAN,
+    LinkFlags, LinkSpec,
 };
 
 use super::NetworkTarget;
@@ -72,54 +72,12 @@ fn find<'a>(links: &'a [Link], name: &str) -> Option<&'a Link> {
 /// in the kernel's `links` (none if it is not there: the kernel keeps the primary it has,
 /// where sending an unknown index would clear it).
 pub(crate) fn bond_settings(spec: &BondMasterSpec, links: &[Link]) -> BondSettings {
-    let mut spec = spec.clone();
+    let mut settings = spec.clone();
     // Idempotent; a spec from a source that did not fill them would otherwise differ from
     // what the kernel reports forever, and the bond be reconfigured on every pass.
-    spec.fill_defaults();
-    BondSettings {
-        mode: spec.mode.0,
-        xmit_hash_policy: spec.hash_policy.0,
-        lacp_rate: spec.lacp_rate.0,
-        ad_lacp_active: spec.ad_lacp_active.map(|a| a.0),
-        arp_validate: spec.arp_validate.0,
-        arp_all_targets: spec.arp_all_targets.0,
-        primary: find(links, &spec.primary).map(|l| l.index),
-        primary_reselect: spec.primary_reselect.0,
-        fail_over_mac: spec.fail_over_mac.0,
-        ad_select: spec.ad_select.0,
-        miimon: spec.mii_mon,
-        updelay: spec.up_delay,
-        downdelay: spec.down_delay,
-        arp_interval: spec.arp_interval,
-        arp_ip_targets: spec
-            .arp_ip_targets
-            .iter()
-            .filter_map(|ip| match ip {
-                std::net::IpAddr::V4(a) => Some(*a),
-                std::net::IpAddr::V6(_) => None,
-            })
-            .collect(),
-        ns_ip6_targets: spec
-            .ns_ip6_targets
-            .iter()
-            .filter_map(|ip| match ip {
-                std::net::IpAddr::V6(a) => Some(*a),
-                std::net::IpAddr::V4(_) => None,
-            })
-            .collect(),
-        resend_igmp: spec.resend_igmp,
-        min_links: spec.min_links,
-        lp_interval: spec.lp_interval,
-        packets_per_slave: spec.packets_per_slave,
-        num_peer_notif: spec.num_peer_notif,
-        tlb_dynamic_lb: spec.tlb_dynamic_lb,
-        all_slaves_active: spec.all_slaves_active,
-        use_carrier: spec.use_carrier,
-        ad_actor_sys_prio: spec.ad_actor_sys_prio,
-        ad_user_port_key: spec.ad_user_port_key,
-        peer_notify_delay: spec.peer_notify_delay,
-        missed_max: spec.missed_max,
-    }
+    settings.fill_defaults();
+    settings.primary_index = find(links, &spec.primary).map(|l| l.index);
+    settings
 }
 
 /// The bridge settings to send for `spec` to a bridge that has `have` (none: one to make).
@@ -149,13 +107,13 @@ fn vlan_info(spec: &LinkSpec) -> VlanInfo {
 fn bond_differs(existing: &BondSettings, want: &BondSettings, primary_enslaved: bool) -> bool {
     let mut have = existing.clone();
     let mut want = want.clone();
-    if primary_enslaved && have.primary != want.primary {
+    if primary_enslaved && have.primary_index != want.primary_index {
         return true;
     }
-    have.primary = want.primary;
+    have.primary_index = want.primary_index;
     // The kernel's default is on.
-    have.ad_lacp_active.get_or_insert(1);
-    want.ad_lacp_active.get_or_insert(1);
+    have.ad_lacp_active.get_or_insert(AdLacpActive::ON);
+    want.ad_lacp_active.get_or_insert(AdLacpActive::ON);
     crate::kernel::netlink::bond_attributes(&have) != crate::kernel::netlink::bond_attributes(&want)
 }
 
@@ -220,7 +178,7 @@ fn settings_drift(spec: &LinkSpec, existing: &Link, links: &[Link]) -> Option<Li
         (LINK_KIND_BOND, LinkData::Bond(have)) => {
             let want = bond_settings(&spec.bond_master, links);
             let primary_enslaved = find(links, &spec.bond_master.primary)
-                .is_some_and(|p| want.primary.is_some() && p.master == Some(existing.index));
+                .is_some_and(|p| want.primary_index.is_some() && p.master == Some(existing.index));
             bond_differs(have, &want, primary_enslaved).then_some(LinkData::Bond(want))
         }
         _ => None,
@@ -407,10 +365,10 @@ impl KernelSpec for LinkSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernel::netlink::{OperState, bond_mode};
+    use crate::kernel::netlink::OperState;
     use crate::resources::network::{
-        BondMode, BondSlave, BridgeMasterSpec, BridgeSlave, ConfigLayer, HardwareAddress, LinkType, StpSpec, VethSpec,
-        VlanSpec,
+        BondMode, BondSlave, BridgeMasterSpec, BridgeSlave, ConfigLayer, HardwareAddress, LacpRate, LinkType, StpSpec,
+        VethSpec, VlanSpec,
     };
 
     const UP: u32 = 0x1;
@@ -633,15 +591,20 @@ mod tests {
 
         let b = bond("bond0", BondMode::ACTIVE_BACKUP);
         let settings = bond_settings(&b.bond_master, &[]);
-        assert_eq!((settings.mode, settings.miimon, settings.use_carrier), (bond_mode::ACTIVE_BACKUP, 100, true));
+        assert_eq!((settings.mode, settings.mii_mon, settings.use_carrier), (BondMode::ACTIVE_BACKUP, 100, true));
         assert_eq!(steps(&b, false, &[]), vec![Step::Create(LinkKind::Bond(settings.clone()))]);
         let live = Link { data: LinkData::Bond(settings.clone()), ..link(6, "bond0", "bond") };
         assert_eq!(steps(&b, false, std::slice::from_ref(&live)), vec![]);
         // What the driver ignores in a mode, and a default the kernel fills in, are no drift.
-        let reported = BondSettings { lacp_rate: 1, packets_per_slave: 7, ad_lacp_active: Some(1), ..settings.clone() };
+        let reported = BondSettings {
+            lacp_rate: LacpRate::FAST,
+            packets_per_slave: 7,
+            ad_lacp_active: Some(AdLacpActive::ON),
+            ..settings.clone()
+        };
         let live = Link { data: LinkData::Bond(reported), ..live };
         assert_eq!(steps(&b, false, std::slice::from_ref(&live)), vec![]);
-        let faster = BondSettings { miimon: 50, ..settings.clone() };
+        let faster = BondSettings { mii_mon: 50, ..settings.clone() };
         let live = Link { data: LinkData::Bond(faster), ..live };
         assert_eq!(
             steps(&b, false, &[live]),
@@ -653,12 +616,14 @@ mod tests {
     fn a_bond_primary_counts_only_once_enslaved() {
         let mut b = bond("bond0", BondMode::ACTIVE_BACKUP);
         b.bond_master.primary = "eth1".into();
-        assert_eq!(bond_settings(&b.bond_master, &[]).primary, None, "primary not there: left to the kernel");
+        assert_eq!(bond_settings(&b.bond_master, &[]).primary_index, None, "primary not there: left to the kernel");
         let eth1 = link(3, "eth1", "");
         let want = bond_settings(&b.bond_master, std::slice::from_ref(&eth1));
-        assert_eq!(want.primary, Some(3));
-        let no_primary =
-            Link { data: LinkData::Bond(BondSettings { primary: None, ..want.clone() }), ..link(6, "bond0", "bond") };
+        assert_eq!(want.primary_index, Some(3));
+        let no_primary = Link {
+            data: LinkData::Bond(BondSettings { primary_index: None, ..want.clone() }),
+            ..link(6, "bond0", "bond")
+        };
         assert_eq!(steps(&b, false, &[no_primary.clone(), eth1.clone()]), vec![], "primary not a port yet: no drift");
         let port = Link { master: Some(6), ..eth1 };
         assert!(

@@ -7,11 +7,10 @@
 //! speed …) stay empty, and the link state is the carrier flag (`IFF_LOWER_UP`).
 
 use crate::cosi::{Context, Controller, EventSource, Input, Output, ReconcileError};
-use crate::kernel::netlink::{self, BondSettings, Groups, LinkData, NetlinkError, OperState};
+use crate::kernel::netlink::{self, Groups, LinkData, NetlinkError, OperState};
 use crate::resources::network::{
-    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMasterSpec, BondMode, BondXmitHashPolicy, BridgeMasterSpec,
-    BridgeVlanSpec, FailOverMac, HardwareAddress, LINK_KIND_VETH, LacpRate, LinkFlags, LinkStatus, LinkType, NAMESPACE,
-    OperationalState, PrimaryReselect, StpSpec, VethSpec, VlanProtocol, VlanSpec,
+    BridgeMasterSpec, BridgeVlanSpec, HardwareAddress, LINK_KIND_VETH, LinkFlags, LinkStatus, LinkType, NAMESPACE,
+    OperationalState, StpSpec, VethSpec, VlanProtocol, VlanSpec,
 };
 
 use super::{Connection, NetworkTarget};
@@ -71,46 +70,11 @@ pub(crate) fn link_status(link: &netlink::Link, links: &[netlink::Link]) -> Link
                 vlan: BridgeVlanSpec { filtering_enabled: b.vlan_filtering.unwrap_or(false) },
             }
         }
-        LinkData::Bond(b) => status.bond_master = bond_master(b),
+        // The kernel reports the primary as its index; it knows no names.
+        LinkData::Bond(b) => status.bond_master = b.clone(),
         LinkData::None => {}
     }
     status
-}
-
-/// A bond's settings as the kernel reports them, in Talos's `BondMasterSpec` (the primary as
-/// its index: the kernel knows no names).
-pub(crate) fn bond_master(b: &BondSettings) -> BondMasterSpec {
-    BondMasterSpec {
-        mode: BondMode(b.mode),
-        hash_policy: BondXmitHashPolicy(b.xmit_hash_policy),
-        lacp_rate: LacpRate(b.lacp_rate),
-        arp_validate: ArpValidate(b.arp_validate),
-        arp_all_targets: ArpAllTargets(b.arp_all_targets),
-        primary_index: b.primary,
-        primary_reselect: PrimaryReselect(b.primary_reselect),
-        fail_over_mac: FailOverMac(b.fail_over_mac),
-        ad_select: AdSelect(b.ad_select),
-        mii_mon: b.miimon,
-        up_delay: b.updelay,
-        down_delay: b.downdelay,
-        arp_interval: b.arp_interval,
-        resend_igmp: b.resend_igmp,
-        min_links: b.min_links,
-        lp_interval: b.lp_interval,
-        packets_per_slave: b.packets_per_slave,
-        num_peer_notif: b.num_peer_notif,
-        tlb_dynamic_lb: b.tlb_dynamic_lb,
-        all_slaves_active: b.all_slaves_active,
-        use_carrier: b.use_carrier,
-        ad_actor_sys_prio: b.ad_actor_sys_prio,
-        ad_user_port_key: b.ad_user_port_key,
-        peer_notify_delay: b.peer_notify_delay,
-        arp_ip_targets: b.arp_ip_targets.iter().map(|a| std::net::IpAddr::V4(*a)).collect(),
-        ns_ip6_targets: b.ns_ip6_targets.iter().map(|a| std::net::IpAddr::V6(*a)).collect(),
-        ad_lacp_active: b.ad_lacp_active.map(AdLacpActive),
-        missed_max: b.missed_max,
-        primary: String::new(),
-    }
 }
 
 impl LinkStatusController {
@@ -157,6 +121,7 @@ impl Controller for LinkStatusController {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::resources::network::{BondMasterSpec, BondMode, LacpRate};
 
     fn link(index: u32, name: &str, kind: &str, parent: Option<u32>) -> netlink::Link {
         netlink::Link {

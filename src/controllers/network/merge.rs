@@ -208,16 +208,9 @@ mod tests {
 
     use crate::controllers::generic_merge::merge;
     use crate::cosi::Harness;
+    use crate::resources::network::test_util::{ip, prefix};
     use crate::resources::network::*;
     use crate::types::IpPrefix;
-
-    fn ip(s: &str) -> IpAddr {
-        s.parse().unwrap()
-    }
-
-    fn prefix(s: &str) -> IpPrefix {
-        s.parse().unwrap()
-    }
 
     #[test]
     fn names_follow_talos() {

@@ -6,6 +6,8 @@
 //! Links are named by name, as Talos's LinkSpec is: the kernel looks a link up by
 //! `IFLA_IFNAME` when the message carries no index, so setting needs no listing first.
 
+use std::net::IpAddr;
+
 use futures::TryStreamExt;
 use rtnetlink::packet_core::{NLM_F_ACK, NLM_F_REQUEST};
 use rtnetlink::packet_route::link::{self as nl, InfoData, InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
@@ -13,6 +15,10 @@ use rtnetlink::{LinkDummy, LinkMessageBuilder, LinkUnspec, LinkVeth, LinkVlan};
 use rustix::io::Errno;
 
 use super::{Netlink, NetlinkError, is_errno, kernel_error};
+use crate::types::bond::{
+    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMode, BondSettings, BondXmitHashPolicy, FailOverMac,
+    LacpRate, PrimaryReselect,
+};
 
 /// A link as the kernel reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,54 +137,6 @@ pub struct BridgeSettings {
     pub vlan_filtering: Option<bool>,
 }
 
-/// `BOND_MODE_*`, the bonding driver's numbers.
-pub mod bond_mode {
-    pub const BALANCE_RR: u8 = 0;
-    pub const ACTIVE_BACKUP: u8 = 1;
-    pub const BALANCE_XOR: u8 = 2;
-    pub const BROADCAST: u8 = 3;
-    pub const IEEE_802_3AD: u8 = 4;
-    pub const BALANCE_TLB: u8 = 5;
-    pub const BALANCE_ALB: u8 = 6;
-}
-
-/// A bond's settings (`IFLA_BOND_*`), in the bonding driver's numbers: the fields of Talos's
-/// `BondMasterSpec`, with the primary as an index.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct BondSettings {
-    /// [`bond_mode`].
-    pub mode: u8,
-    pub xmit_hash_policy: u8,
-    pub lacp_rate: u8,
-    /// `None`: the kernel's default (on).
-    pub ad_lacp_active: Option<u8>,
-    pub arp_validate: u32,
-    pub arp_all_targets: u32,
-    /// The primary port's index; `None` leaves the kernel's as it is.
-    pub primary: Option<u32>,
-    pub primary_reselect: u8,
-    pub fail_over_mac: u8,
-    pub ad_select: u8,
-    pub miimon: u32,
-    pub updelay: u32,
-    pub downdelay: u32,
-    pub arp_interval: u32,
-    pub arp_ip_targets: Vec<std::net::Ipv4Addr>,
-    pub ns_ip6_targets: Vec<std::net::Ipv6Addr>,
-    pub resend_igmp: u32,
-    pub min_links: u32,
-    pub lp_interval: u32,
-    pub packets_per_slave: u32,
-    pub num_peer_notif: u8,
-    pub tlb_dynamic_lb: u8,
-    pub all_slaves_active: u8,
-    pub use_carrier: bool,
-    pub ad_actor_sys_prio: u16,
-    pub ad_user_port_key: u16,
-    pub peer_notify_delay: u32,
-    pub missed_max: u8,
-}
-
 /// What the kernel reports of a logical link's own settings (`IFLA_INFO_DATA`), for the
 /// kinds machined configures.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -221,62 +179,71 @@ impl LinkKind {
     }
 }
 
-fn has_arp_monitor(mode: u8) -> bool {
-    !matches!(mode, bond_mode::IEEE_802_3AD | bond_mode::BALANCE_TLB | bond_mode::BALANCE_ALB)
+fn has_arp_monitor(mode: BondMode) -> bool {
+    !matches!(mode, BondMode::IEEE_802_3AD | BondMode::TLB | BondMode::ALB)
 }
 
 /// The `IFLA_BOND_*` attributes for `bond`, with Talos's rules for which options go to the
 /// kernel in which mode (the driver refuses some outside their modes, such as the LACP rate
-/// outside 802.3ad, and ignores others).
+/// outside 802.3ad, and ignores others). The primary goes by its index, `primary_index`;
+/// the ARP targets of the wrong family are left out.
 pub fn bond_attributes(bond: &BondSettings) -> Vec<nl::InfoBond> {
     use nl::InfoBond as B;
     let mode = bond.mode;
-    let mut a = vec![B::Mode(mode.into()), B::XmitHashPolicy(bond.xmit_hash_policy.into())];
-    if mode == bond_mode::IEEE_802_3AD {
-        a.push(B::AdLacpRate(bond.lacp_rate.into()));
+    let mut a = vec![B::Mode(mode.0.into()), B::XmitHashPolicy(bond.hash_policy.0.into())];
+    if mode == BondMode::IEEE_802_3AD {
+        a.push(B::AdLacpRate(bond.lacp_rate.0.into()));
         if let Some(active) = bond.ad_lacp_active {
-            a.push(B::AdLacpActive(active != 0));
+            a.push(B::AdLacpActive(active.0 != 0));
         }
     }
     if has_arp_monitor(mode) {
-        a.push(B::ArpValidate(bond.arp_validate.into()));
+        a.push(B::ArpValidate(bond.arp_validate.0.into()));
     }
-    a.push(B::ArpAllTargets(bond.arp_all_targets.into()));
-    if matches!(mode, bond_mode::ACTIVE_BACKUP | bond_mode::BALANCE_TLB | bond_mode::BALANCE_ALB)
-        && let Some(primary) = bond.primary
+    a.push(B::ArpAllTargets(bond.arp_all_targets.0.into()));
+    if matches!(mode, BondMode::ACTIVE_BACKUP | BondMode::TLB | BondMode::ALB)
+        && let Some(primary) = bond.primary_index
     {
         a.push(B::Primary(primary));
     }
-    a.push(B::PrimaryReselect(bond.primary_reselect.into()));
-    a.push(B::FailOverMac(bond.fail_over_mac.into()));
-    a.push(B::AdSelect(bond.ad_select.into()));
-    a.push(B::MiiMon(bond.miimon));
-    if bond.miimon != 0 {
-        a.push(B::UpDelay(bond.updelay));
-        a.push(B::DownDelay(bond.downdelay));
+    a.push(B::PrimaryReselect(bond.primary_reselect.0.into()));
+    a.push(B::FailOverMac(bond.fail_over_mac.0.into()));
+    a.push(B::AdSelect(bond.ad_select.0.into()));
+    a.push(B::MiiMon(bond.mii_mon));
+    if bond.mii_mon != 0 {
+        a.push(B::UpDelay(bond.up_delay));
+        a.push(B::DownDelay(bond.down_delay));
     }
     if has_arp_monitor(mode) {
+        let v4 = bond.arp_ip_targets.iter().filter_map(|ip| match ip {
+            IpAddr::V4(a) => Some(*a),
+            IpAddr::V6(_) => None,
+        });
+        let v6 = bond.ns_ip6_targets.iter().filter_map(|ip| match ip {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
+        });
         a.push(B::ArpInterval(bond.arp_interval));
-        a.push(B::ArpIpTarget(bond.arp_ip_targets.clone()));
-        a.push(B::NsIp6Target(bond.ns_ip6_targets.clone()));
+        a.push(B::ArpIpTarget(v4.collect()));
+        a.push(B::NsIp6Target(v6.collect()));
     }
     a.push(B::ResendIgmp(bond.resend_igmp));
     a.push(B::MinLinks(bond.min_links));
     a.push(B::LpInterval(bond.lp_interval));
-    if mode == bond_mode::BALANCE_RR {
+    if mode == BondMode::ROUND_ROBIN {
         a.push(B::PacketsPerPort(bond.packets_per_slave));
     }
     a.push(B::NumPeerNotif(bond.num_peer_notif));
-    if matches!(mode, bond_mode::BALANCE_TLB | bond_mode::BALANCE_ALB) {
+    if matches!(mode, BondMode::TLB | BondMode::ALB) {
         a.push(B::TlbDynamicLb(bond.tlb_dynamic_lb != 0));
     }
     a.push(B::AllPortsActive(bond.all_slaves_active.into()));
     a.push(B::UseCarrier(bond.use_carrier));
-    if mode == bond_mode::IEEE_802_3AD {
+    if mode == BondMode::IEEE_802_3AD {
         a.push(B::AdActorSysPrio(bond.ad_actor_sys_prio));
         a.push(B::AdUserPortKey(bond.ad_user_port_key));
     }
-    if bond.miimon != 0 {
+    if bond.mii_mon != 0 {
         a.push(B::PeerNotifDelay(bond.peer_notify_delay));
     }
     if bond.missed_max != 0 {
@@ -285,28 +252,29 @@ pub fn bond_attributes(bond: &BondSettings) -> Vec<nl::InfoBond> {
     a
 }
 
-/// A bond's settings from what the kernel reports.
+/// A bond's settings from what the kernel reports: the primary as its index (the kernel
+/// knows no names), a value without a name as its number.
 pub fn bond_from_attributes(attributes: &[nl::InfoBond]) -> BondSettings {
     use nl::InfoBond as B;
     let mut bond = BondSettings::default();
     for attr in attributes {
         match attr {
-            B::Mode(m) => bond.mode = (*m).into(),
-            B::XmitHashPolicy(p) => bond.xmit_hash_policy = (*p).into(),
-            B::AdLacpRate(r) => bond.lacp_rate = (*r).into(),
-            B::AdLacpActive(on) => bond.ad_lacp_active = Some(u8::from(*on)),
-            B::ArpValidate(v) => bond.arp_validate = (*v).into(),
-            B::ArpAllTargets(t) => bond.arp_all_targets = (*t).into(),
-            B::Primary(i) => bond.primary = Some(*i),
-            B::PrimaryReselect(r) => bond.primary_reselect = (*r).into(),
-            B::FailOverMac(f) => bond.fail_over_mac = (*f).into(),
-            B::AdSelect(s) => bond.ad_select = (*s).into(),
-            B::MiiMon(v) => bond.miimon = *v,
-            B::UpDelay(v) => bond.updelay = *v,
-            B::DownDelay(v) => bond.downdelay = *v,
+            B::Mode(m) => bond.mode = BondMode(u8::from(*m)),
+            B::XmitHashPolicy(p) => bond.hash_policy = BondXmitHashPolicy(u8::from(*p)),
+            B::AdLacpRate(r) => bond.lacp_rate = LacpRate(u8::from(*r)),
+            B::AdLacpActive(on) => bond.ad_lacp_active = Some(AdLacpActive(u8::from(*on))),
+            B::ArpValidate(v) => bond.arp_validate = ArpValidate(u32::from(*v)),
+            B::ArpAllTargets(t) => bond.arp_all_targets = ArpAllTargets(u32::from(*t)),
+            B::Primary(i) => bond.primary_index = Some(*i),
+            B::PrimaryReselect(r) => bond.primary_reselect = PrimaryReselect(u8::from(*r)),
+            B::FailOverMac(f) => bond.fail_over_mac = FailOverMac(u8::from(*f)),
+            B::AdSelect(s) => bond.ad_select = AdSelect(u8::from(*s)),
+            B::MiiMon(v) => bond.mii_mon = *v,
+            B::UpDelay(v) => bond.up_delay = *v,
+            B::DownDelay(v) => bond.down_delay = *v,
             B::ArpInterval(v) => bond.arp_interval = *v,
-            B::ArpIpTarget(t) => bond.arp_ip_targets = t.clone(),
-            B::NsIp6Target(t) => bond.ns_ip6_targets = t.clone(),
+            B::ArpIpTarget(t) => bond.arp_ip_targets = t.iter().copied().map(IpAddr::V4).collect(),
+            B::NsIp6Target(t) => bond.ns_ip6_targets = t.iter().copied().map(IpAddr::V6).collect(),
             B::ResendIgmp(v) => bond.resend_igmp = *v,
             B::MinLinks(v) => bond.min_links = *v,
             B::LpInterval(v) => bond.lp_interval = *v,
@@ -680,9 +648,9 @@ mod tests {
         const AD_LACP_ACTIVE: u16 = 29;
         const MISSED_MAX: u16 = 30;
         let lacp = BondSettings {
-            mode: bond_mode::IEEE_802_3AD,
-            ad_lacp_active: Some(0),
-            primary: Some(3),
+            mode: BondMode::IEEE_802_3AD,
+            ad_lacp_active: Some(AdLacpActive::OFF),
+            primary_index: Some(3),
             ..Default::default()
         };
         let k = bond_kinds(&lacp);
@@ -694,9 +662,9 @@ mod tests {
             assert!(!k.contains(&absent), "802.3ad does not send {absent}");
         }
         let backup = BondSettings {
-            mode: bond_mode::ACTIVE_BACKUP,
-            primary: Some(3),
-            miimon: 100,
+            mode: BondMode::ACTIVE_BACKUP,
+            primary_index: Some(3),
+            mii_mon: 100,
             missed_max: 2,
             ..Default::default()
         };
@@ -705,29 +673,32 @@ mod tests {
             assert!(k.contains(&present), "active-backup sends {present}");
         }
         assert!(!k.contains(&AD_LACP_RATE) && !k.contains(&PACKETS_PER_SLAVE));
-        assert!(!bond_kinds(&BondSettings { primary: None, ..backup }).contains(&PRIMARY), "no primary: kernel's kept");
         assert!(
-            bond_kinds(&BondSettings { mode: bond_mode::BALANCE_RR, ..Default::default() })
+            !bond_kinds(&BondSettings { primary_index: None, ..backup }).contains(&PRIMARY),
+            "no primary: kernel's kept"
+        );
+        assert!(
+            bond_kinds(&BondSettings { mode: BondMode::ROUND_ROBIN, ..Default::default() })
                 .contains(&PACKETS_PER_SLAVE)
         );
-        let tlb = bond_kinds(&BondSettings { mode: bond_mode::BALANCE_TLB, ..Default::default() });
+        let tlb = bond_kinds(&BondSettings { mode: BondMode::TLB, ..Default::default() });
         assert!(tlb.contains(&TLB_DYNAMIC_LB) && !tlb.contains(&ARP_VALIDATE));
     }
 
     #[test]
     fn a_bond_survives_the_wire() {
         let bond = BondSettings {
-            mode: bond_mode::ACTIVE_BACKUP,
-            xmit_hash_policy: 1,
-            arp_validate: 3,
-            arp_all_targets: 1,
-            primary: Some(4),
-            primary_reselect: 2,
-            fail_over_mac: 1,
-            ad_select: 0,
-            miimon: 100,
-            updelay: 200,
-            downdelay: 300,
+            mode: BondMode::ACTIVE_BACKUP,
+            hash_policy: BondXmitHashPolicy::LAYER34,
+            arp_validate: ArpValidate::ALL,
+            arp_all_targets: ArpAllTargets::ALL,
+            primary_index: Some(4),
+            primary_reselect: PrimaryReselect::FAILURE,
+            fail_over_mac: FailOverMac::ACTIVE,
+            ad_select: AdSelect::STABLE,
+            mii_mon: 100,
+            up_delay: 200,
+            down_delay: 300,
             arp_interval: 0,
             arp_ip_targets: vec!["10.0.0.1".parse().unwrap()],
             ns_ip6_targets: vec!["fd00::1".parse().unwrap()],
@@ -746,6 +717,23 @@ mod tests {
         let link = link_from_message(&msg);
         assert_eq!((link.name.as_str(), link.kind.as_str()), ("bond0", "bond"));
         assert_eq!(link.data, LinkData::Bond(bond));
+    }
+
+    #[test]
+    fn bond_values_the_kernel_has_no_name_for_pass_through() {
+        use nl::InfoBond as B;
+        let bond = bond_from_attributes(&[
+            B::Mode(nl::BondMode::Other(42)),
+            B::ArpValidate(nl::BondArpValidate::Other(99)),
+            B::XmitHashPolicy(nl::BondXmitHashPolicy::Other(7)),
+        ]);
+        assert_eq!(
+            (bond.mode, bond.arp_validate, bond.hash_policy),
+            (BondMode(42), ArpValidate(99), BondXmitHashPolicy(7))
+        );
+        assert_eq!((bond.mode.to_string(), bond.arp_validate.to_string()), ("42".to_string(), "99".to_string()));
+        let sent = bond_attributes(&bond);
+        assert_eq!(sent[0], B::Mode(nl::BondMode::Other(42)), "and go back as they came");
     }
 
     #[test]

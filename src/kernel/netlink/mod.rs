@@ -16,10 +16,12 @@ mod link;
 mod route;
 mod types;
 
+/// A bond's settings are the crate's one bond type.
+pub use crate::types::BondSettings;
 pub use events::{Batch, Groups, NetlinkEvents, Subscription};
 pub use link::{
-    BondSettings, BridgeSettings, Link, LinkData, LinkKind, OperState, VlanInfo, VlanProtocol, bond_attributes,
-    bond_from_attributes, bond_mode, bridge_attributes, create_message, settings_message,
+    BridgeSettings, Link, LinkData, LinkKind, OperState, VlanInfo, VlanProtocol, bond_attributes, bond_from_attributes,
+    bridge_attributes, create_message, settings_message,
 };
 pub use route::{NextHop, Route, TABLE_DEFAULT, TABLE_LOCAL, TABLE_MAIN, protocol};
 pub use types::Scope;

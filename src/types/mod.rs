@@ -1,13 +1,29 @@
 //! Primitive values that several layers speak: an address family and an address with its
-//! prefix length. They live here, at the bottom, so the kernel adapters, the resources and
-//! the configuration share one type instead of converting between copies. This module holds
-//! plain values only and must never import anything from the crate.
+//! prefix length, numbers with names, a bond's settings. They live here, at the bottom, so the
+//! kernel adapters, the resources and the configuration share one type instead of converting
+//! between copies. This module holds plain values only and must never import anything from the
+//! crate.
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
+
+pub mod bond;
+mod named;
+
+pub use bond::{
+    AdLacpActive, AdSelect, ArpAllTargets, ArpValidate, BondMode, BondSettings, BondXmitHashPolicy, FailOverMac,
+    LacpRate, PrimaryReselect,
+};
+pub use named::NetworkValueError;
+pub(crate) use named::{NamedVisitor, named_number};
+
+/// For `skip_serializing_if`: the value is its type's zero.
+pub(crate) fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
+}
 
 /// An address family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
