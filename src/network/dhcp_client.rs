@@ -83,6 +83,29 @@ impl<L: Lease> State<L> {
     }
 }
 
+/// A protocol's waits: retransmissions while it looks for a server or requests a lease (the
+/// first wait, doubling up to the most), and while it renews or rebinds one (half the time
+/// left, but not less than the least, and never past the deadline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    pub retransmit_first: Duration,
+    pub retransmit_most: Duration,
+    pub renew_retransmit_least: Duration,
+}
+
+impl Timing {
+    /// The wait after sending attempt `attempt` (0 is the first).
+    pub fn retransmit(&self, attempt: u32) -> Duration {
+        self.retransmit_first.saturating_mul(1 << attempt.min(16)).min(self.retransmit_most)
+    }
+
+    /// The wait at `now` before asking again for a lease that must be extended by `deadline`.
+    pub fn halfway(&self, now: Duration, deadline: Duration) -> Duration {
+        let left = deadline.saturating_sub(now);
+        (left / 2).max(self.renew_retransmit_least).min(left)
+    }
+}
+
 /// What the timer running out asks of a client that holds a lease (RFC 2131 §4.4.5,
 /// RFC 8415 §18.2.4–5): each protocol carries it out with its own messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,6 +313,19 @@ mod tests {
         fn expires_at(&self) -> Duration {
             Duration::from_secs(200)
         }
+    }
+
+    #[test]
+    fn retransmissions_double_up_to_the_most_and_renewals_halve_the_time_left() {
+        let secs = Duration::from_secs;
+        let t = Timing { retransmit_first: secs(4), retransmit_most: secs(64), renew_retransmit_least: secs(4) };
+        let waits: Vec<u64> = (0..8).map(|a| t.retransmit(a).as_secs()).collect();
+        assert_eq!(waits, [4, 8, 16, 32, 64, 64, 64, 64]);
+        assert_eq!(t.retransmit(u32::MAX), secs(64), "no overflow however many attempts");
+        assert_eq!(t.halfway(secs(100), secs(200)), secs(50), "half the time left");
+        assert_eq!(t.halfway(secs(100), secs(106)), secs(4), "not less than the least");
+        assert_eq!(t.halfway(secs(100), secs(102)), secs(2), "never past the deadline");
+        assert_eq!(t.halfway(secs(100), secs(90)), Duration::ZERO, "a deadline passed");
     }
 
     #[test]

@@ -10,23 +10,24 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use crate::network::dhcp_client::{self, Lease as _, LeaseTimer};
+use crate::network::dhcp_client::{self, Lease as _, LeaseTimer, Timing};
 
 use super::packet::{FLAG_BROADCAST, Message, MessageType, code};
 
 /// Talos's lease time when the server names none.
 const DEFAULT_LEASE: Duration = Duration::from_secs(30 * 60);
-/// The first retransmission wait (RFC 2131 §4.1: 4 s, doubling, up to 64 s).
-const RETRANSMIT: Duration = Duration::from_secs(4);
-const RETRANSMIT_MAX: Duration = Duration::from_secs(64);
+/// Retransmissions (RFC 2131 §4.1: 4 s, doubling, up to 64 s); while renewing or rebinding
+/// at least 4 s apart (RFC 2131 says 60 s; short test leases need less).
+const TIMING: Timing = Timing {
+    retransmit_first: Duration::from_secs(4),
+    retransmit_most: Duration::from_secs(64),
+    renew_retransmit_least: Duration::from_secs(4),
+};
 /// REQUESTs sent for one OFFER before discovery starts over.
 const REQUEST_ATTEMPTS: u32 = 4;
 /// The earliest a lease is renewed (Talos's minRenewDuration): a server saying T1 = 0 must
 /// not have the client renew in a tight loop.
 const MIN_RENEW: Duration = Duration::from_secs(5);
-/// The shortest wait between retransmissions while renewing or rebinding (RFC 2131 says
-/// 60 s; short test leases need less).
-const RENEW_RETRANSMIT_MIN: Duration = Duration::from_secs(4);
 
 /// What the client asks for and says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,22 +145,12 @@ pub enum Action {
     Stopped,
 }
 
-fn retransmit(attempt: u32) -> Duration {
-    RETRANSMIT.saturating_mul(1 << attempt.min(4)).min(RETRANSMIT_MAX)
-}
-
-/// Half the time left until `deadline`, within [RENEW_RETRANSMIT_MIN, time left].
-fn halfway(now: Duration, deadline: Duration) -> Duration {
-    let left = deadline.saturating_sub(now);
-    (left / 2).max(RENEW_RETRANSMIT_MIN).min(left)
-}
-
 fn discover(config: &ClientConfig, xid: u32, attempt: u32) -> (State, Vec<Action>) {
     let mut m = config.message(xid, MessageType::Discover);
     m.flags = FLAG_BROADCAST;
     (
         State::Discovering { xid, attempt },
-        vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(retransmit(attempt))],
+        vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(TIMING.retransmit(attempt))],
     )
 }
 
@@ -170,7 +161,7 @@ fn request_offer(config: &ClientConfig, xid: u32, offer: Box<Message>, attempt: 
     if let Some(server) = offer.server_id() {
         m.options.set(code::SERVER_ID, server.octets().to_vec());
     }
-    let actions = vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(retransmit(attempt))];
+    let actions = vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(TIMING.retransmit(attempt))];
     (State::Requesting { xid, offer, attempt }, actions)
 }
 
@@ -192,7 +183,7 @@ fn renewing(config: &ClientConfig, lease: Box<Lease>, xid: u32, now: Duration) -
     let m = request_lease(config, xid, &lease);
     let actions = vec![
         Action::Send(Box::new(m), Destination::Server(lease.server)),
-        Action::Timer(halfway(now, lease.rebind_at())),
+        Action::Timer(TIMING.halfway(now, lease.rebind_at())),
     ];
     (State::Renewing { lease, xid }, actions)
 }
@@ -200,7 +191,7 @@ fn renewing(config: &ClientConfig, lease: Box<Lease>, xid: u32, now: Duration) -
 fn rebinding(config: &ClientConfig, lease: Box<Lease>, xid: u32, now: Duration) -> (State, Vec<Action>) {
     let m = request_lease(config, xid, &lease);
     let actions =
-        vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(halfway(now, lease.expires_at()))];
+        vec![Action::Send(Box::new(m), Destination::Broadcast), Action::Timer(TIMING.halfway(now, lease.expires_at()))];
     (State::Rebinding { lease, xid }, actions)
 }
 

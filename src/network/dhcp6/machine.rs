@@ -10,15 +10,19 @@
 use std::net::Ipv6Addr;
 use std::time::Duration;
 
-use crate::network::dhcp_client::{self, Lease as _, LeaseTimer};
+use crate::network::dhcp_client::{self, Lease as _, LeaseTimer, Timing};
 
 use super::packet::{IaAddress, IaNa, Message, code, kind, status};
 
-const RETRANSMIT: Duration = Duration::from_secs(1);
-const RETRANSMIT_MAX: Duration = Duration::from_secs(32);
+/// Retransmissions from 1 s (RFC 8415's SOL_TIMEOUT and REQ_TIMEOUT), doubling, up to 32 s;
+/// while renewing or rebinding at least 2 s apart.
+const TIMING: Timing = Timing {
+    retransmit_first: Duration::from_secs(1),
+    retransmit_most: Duration::from_secs(32),
+    renew_retransmit_least: Duration::from_secs(2),
+};
 /// REQUESTs sent for one ADVERTISE before soliciting starts over (REQ_MAX_RC).
 const REQUEST_ATTEMPTS: u32 = 10;
-const RENEW_RETRANSMIT_MIN: Duration = Duration::from_secs(2);
 /// The earliest an address is renewed (Talos's minRenewDuration).
 const MIN_RENEW: Duration = Duration::from_secs(5);
 
@@ -112,19 +116,10 @@ pub enum Action {
     Stopped,
 }
 
-fn retransmit(attempt: u32) -> Duration {
-    RETRANSMIT.saturating_mul(1 << attempt.min(5)).min(RETRANSMIT_MAX)
-}
-
-fn halfway(now: Duration, deadline: Duration) -> Duration {
-    let left = deadline.saturating_sub(now);
-    (left / 2).max(RENEW_RETRANSMIT_MIN).min(left)
-}
-
 fn solicit(config: &ClientConfig, xid: u32, attempt: u32) -> (State, Vec<Action>) {
     let mut m = config.message(kind::SOLICIT, xid);
     m.options.push(code::IA_NA, config.ia(vec![]));
-    (State::Discovering { xid, attempt }, vec![Action::Send(Box::new(m)), Action::Timer(retransmit(attempt))])
+    (State::Discovering { xid, attempt }, vec![Action::Send(Box::new(m)), Action::Timer(TIMING.retransmit(attempt))])
 }
 
 fn request(config: &ClientConfig, xid: u32, advertise: Box<Message>, attempt: u32) -> (State, Vec<Action>) {
@@ -136,7 +131,7 @@ fn request(config: &ClientConfig, xid: u32, advertise: Box<Message>, attempt: u3
     m.options.push(code::IA_NA, config.ia(addresses));
     (
         State::Requesting { xid, offer: advertise, attempt },
-        vec![Action::Send(Box::new(m)), Action::Timer(retransmit(attempt))],
+        vec![Action::Send(Box::new(m)), Action::Timer(TIMING.retransmit(attempt))],
     )
 }
 
@@ -158,13 +153,13 @@ fn bound(lease: Lease, now: Duration) -> (State, Vec<Action>) {
 
 fn renewing(config: &ClientConfig, lease: Box<Lease>, xid: u32, now: Duration) -> (State, Vec<Action>) {
     let m = extend(config, &lease, xid, false);
-    let wait = halfway(now, lease.rebind_at());
+    let wait = TIMING.halfway(now, lease.rebind_at());
     (State::Renewing { lease, xid }, vec![Action::Send(Box::new(m)), Action::Timer(wait)])
 }
 
 fn rebinding(config: &ClientConfig, lease: Box<Lease>, xid: u32, now: Duration) -> (State, Vec<Action>) {
     let m = extend(config, &lease, xid, true);
-    let wait = halfway(now, lease.expires_at());
+    let wait = TIMING.halfway(now, lease.expires_at());
     (State::Rebinding { lease, xid }, vec![Action::Send(Box::new(m)), Action::Timer(wait)])
 }
 
