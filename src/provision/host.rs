@@ -114,16 +114,37 @@ pub fn is_ours(pid: Pid, ours: &Ours) -> bool {
     named && args.any(|a| a == ours.arg.as_bytes())
 }
 
-/// Waits up to `timeout` for the process to go away.
+/// Whether `pid` has ended: no such process, or a zombie (its files, locks and sockets are
+/// released by then). A process on its way out has no command line for a moment while it still
+/// holds them, so a process once seen to be ours is waited for by this, not by its name.
+pub fn ended(pid: Pid) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", pid.as_raw_nonzero())) else { return true };
+    // The state follows the command name, which is in parentheses and may hold anything.
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_none_or(|s| matches!(s, "Z" | "X"))
+}
+
+/// Whether `pid` is ours, or a process already leaving (no command line any more, not ended):
+/// what a pid file names just after its process was told to go.
+pub fn is_ours_or_leaving(pid: Pid, ours: &Ours) -> bool {
+    is_ours(pid, ours)
+        || (!ended(pid) && std::fs::read(format!("/proc/{}/cmdline", pid.as_raw_nonzero())).is_ok_and(|c| c.is_empty()))
+}
+
+/// Waits up to `timeout` for the process to go away, if it is ours (or leaving).
 pub fn wait_gone(pid: Pid, ours: &Ours, timeout: Duration) -> bool {
+    !is_ours_or_leaving(pid, ours) || wait_ended(pid, timeout)
+}
+
+/// Waits up to `timeout` for `pid` to have [`ended`].
+fn wait_ended(pid: Pid, timeout: Duration) -> bool {
     let start = Instant::now();
     while start.elapsed() < timeout {
-        if !is_ours(pid, ours) {
+        if ended(pid) {
             return true;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
     }
-    !is_ours(pid, ours)
+    ended(pid)
 }
 
 /// Stops a process we started: SIGTERM, then SIGKILL if it is still there after `grace`.
@@ -138,11 +159,12 @@ pub fn terminate_with(pid: Pid, ours: &Ours, grace: Duration, send: Signaller) -
         return true;
     }
     send(pid, Signal::TERM);
-    if wait_gone(pid, ours, grace) {
+    // Ours was checked: from here on the pid is this process until it is reaped.
+    if wait_ended(pid, grace) {
         return true;
     }
     send(pid, Signal::KILL);
-    wait_gone(pid, ours, Duration::from_secs(2))
+    wait_ended(pid, Duration::from_secs(2))
 }
 
 /// Sends one QMP command (after the capabilities handshake) and returns the reply line.
@@ -190,6 +212,23 @@ pub(crate) mod tests {
 
     fn pid_of(child: &std::process::Child) -> Pid {
         Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap()
+    }
+
+    /// A child that has exited but is not reaped yet has ended (a zombie holds nothing); a
+    /// live one has not; a pid that never was has.
+    #[test]
+    fn ended_is_a_zombie_or_nothing() {
+        assert!(!ended(rustix::process::getpid()));
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = pid_of(&child);
+        let start = Instant::now();
+        while !ended(pid) && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(ended(pid), "an exited, unreaped child is a zombie");
+        assert!(test_kill_process(pid).is_ok(), "the zombie is still there to be reaped");
+        child.wait().unwrap();
+        assert!(ended(pid));
     }
 
     #[test]

@@ -520,7 +520,7 @@ async fn start(config: &LaunchConfig) -> Result<(tokio::process::Child, Events),
 /// stops it if it lingers: the next one uses the same state directory and socket.
 fn wait_swtpm_gone(t: &SwtpmLaunch) {
     let ours = host::Ours::swtpm(&t.pid_file);
-    if let Some(pid) = host::read_pid(&t.pid_file).filter(|p| host::is_ours(*p, &ours))
+    if let Some(pid) = host::read_pid(&t.pid_file).filter(|p| host::is_ours_or_leaving(*p, &ours))
         && !host::wait_gone(pid, &ours, SWTPM_LEAVE)
     {
         host::terminate(pid, &ours, Duration::from_secs(3));
@@ -544,16 +544,35 @@ fn stop_swtpm(config: &LaunchConfig, log: &mut Log) {
 pub fn start_swtpm(node: &str, t: &SwtpmLaunch) -> Result<(), ProvisionError> {
     std::fs::create_dir_all(&t.state_dir).map_err(io_err("creating the TPM state directory", &t.state_dir))?;
     let program = host::which(host::SWTPM.name).unwrap_or_else(|| PathBuf::from(host::SWTPM.name));
-    let out = std::process::Command::new(program)
-        .args(argv::swtpm_argv(t))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| ProvisionError::Spawn { tool: "swtpm".into(), source })?;
-    if !out.status.success() {
-        return Err(ProvisionError::SwtpmStart {
-            node: node.to_string(),
-            detail: format!("exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
-        });
+    // An swtpm of the previous QEMU that was seen leaving may hold the state's lock a moment
+    // longer: a start that fails is tried again for as long as one may take to leave.
+    let tried = std::time::Instant::now();
+    loop {
+        let out = std::process::Command::new(&program)
+            .args(argv::swtpm_argv(t))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| ProvisionError::Spawn { tool: "swtpm".into(), source })?;
+        if out.status.success() {
+            break;
+        }
+        if tried.elapsed() >= SWTPM_LEAVE {
+            // swtpm says why in its log, not on stderr.
+            let log = std::fs::read_to_string(&t.log).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(3)..].join(" | ");
+            return Err(ProvisionError::SwtpmStart {
+                node: node.to_string(),
+                detail: format!(
+                    "exited with {}: {} (its log {}: {})",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim(),
+                    t.log.display(),
+                    tail
+                ),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
     }
     // swtpm daemonizes after creating its socket, but give the filesystem a moment regardless.
     let start = std::time::Instant::now();
