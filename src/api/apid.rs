@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::proxy::{BoxError, Caller, Proxy, ProxyBody, RemoteDialer, RoleMode, handshake};
+use super::proxy::{BoxError, Caller, DIAL_TIMEOUT, Proxy, ProxyBody, RemoteDialer, RoleMode, remote_handshake};
 use crate::pki::tls::{ClientAuth, ServerTls};
 use crate::resources::runtime::{self as rt, ApiServiceConfig};
 use crate::resources::secrets::{self as sec, ApiCertificates};
@@ -96,19 +96,24 @@ impl Dialer {
 #[async_trait::async_trait]
 impl RemoteDialer for Dialer {
     async fn dial(&self, target: &str) -> Result<hyper::client::conn::http2::SendRequest<ProxyBody>, BoxError> {
+        // Every step within one budget: a peer that accepts TCP but never speaks TLS (or
+        // HTTP/2) fails here, naming the step, instead of holding its callers.
+        let deadline = tokio::time::Instant::now() + DIAL_TIMEOUT;
+        let timed_out = |step: &str| format!("{step} {target}: timed out after {} s", DIAL_TIMEOUT.as_secs());
         let (host, port) = crate::proto::conn::split_endpoint(target, super::proxy::APID_PORT)?;
         let name = rustls::pki_types::ServerName::try_from(host.clone())?;
-        let tcp = tokio::time::timeout(
-            crate::proto::conn::CONNECT_TIMEOUT,
-            tokio::net::TcpStream::connect((host.as_str(), port)),
-        )
-        .await
-        .map_err(|_| format!("connecting to {target}: timed out"))??;
+        let tcp = tokio::time::timeout_at(deadline, tokio::net::TcpStream::connect((host.as_str(), port)))
+            .await
+            .map_err(|_| timed_out("connecting to"))??;
         tcp.set_nodelay(true)?;
         let config = self.tls.read().unwrap_or_else(|p| p.into_inner()).clone();
         let config = config.ok_or("this node has no client certificate to forward with yet")?;
-        let tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await?;
-        handshake(tls).await
+        let tls = tokio::time::timeout_at(deadline, tokio_rustls::TlsConnector::from(config).connect(name, tcp))
+            .await
+            .map_err(|_| timed_out("TLS handshake with"))??;
+        tokio::time::timeout_at(deadline, remote_handshake(tls))
+            .await
+            .map_err(|_| timed_out("HTTP/2 handshake with"))?
     }
 }
 
