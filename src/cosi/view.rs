@@ -2,7 +2,10 @@
 //!
 //! It offers get, list and watch only, by type name, for registered types only; a caller
 //! without `os:admin` asking for a `Sensitive` type (machine configuration, keys) is refused
-//! with `PermissionDenied`, never answered with an empty list. It cannot write.
+//! with `PermissionDenied`, never answered with an empty list. Of a type that is not
+//! sensitive but has resources that are (META keys whose tags may hold secrets), such a
+//! caller's get or single watch of one is refused the same way, and its lists and kind
+//! watches never carry one. It cannot write.
 
 use std::sync::Arc;
 
@@ -51,17 +54,26 @@ impl StateView {
         self.access
     }
 
-    fn check(&self, type_name: &str) -> Result<(), StateError> {
+    fn check(&self, type_name: &str) -> Result<&super::resource::ResourceType, StateError> {
         let t =
             self.registry.get(type_name).ok_or_else(|| StateError::UnknownType { type_name: type_name.to_string() })?;
         if t.definition().sensitivity == Sensitivity::Sensitive && self.access != Access::All {
             return Err(StateError::PermissionDenied { type_name: type_name.to_string() });
         }
+        Ok(&t.resource_type)
+    }
+
+    /// [`Self::check`], and the resource `id` itself.
+    fn check_id(&self, type_name: &str, id: &str) -> Result<(), StateError> {
+        let t = self.check(type_name)?;
+        if self.access != Access::All && t.is_sensitive(id) {
+            return Err(StateError::PermissionDenied { type_name: format!("{type_name} {id}") });
+        }
         Ok(())
     }
 
     pub fn get(&self, namespace: &str, type_name: &str, id: &str) -> Result<Arc<AnyResource>, StateError> {
-        self.check(type_name)?;
+        self.check_id(type_name, id)?;
         self.state.backend().get(namespace, type_name, id)
     }
 
@@ -71,17 +83,22 @@ impl StateView {
         type_name: &str,
         options: &ListOptions,
     ) -> Result<Vec<Arc<AnyResource>>, StateError> {
-        self.check(type_name)?;
-        Ok(self.state.backend().list(namespace, type_name, options))
+        let t = *self.check(type_name)?;
+        let mut found = self.state.backend().list(namespace, type_name, options);
+        if self.access != Access::All {
+            found.retain(|r| !t.is_sensitive(&r.metadata.id));
+        }
+        Ok(found)
     }
 
     pub fn watch_kind(&self, namespace: &str, type_name: &str, options: &WatchOptions) -> Result<Watch, StateError> {
-        self.check(type_name)?;
-        Ok(self.state.backend().watch_kind(namespace, type_name, options))
+        let t = *self.check(type_name)?;
+        let watch = self.state.backend().watch_kind(namespace, type_name, options);
+        Ok(if self.access == Access::All { watch } else { watch.hiding(t.sensitive_ids()) })
     }
 
     pub fn watch(&self, namespace: &str, type_name: &str, id: &str) -> Result<Watch, StateError> {
-        self.check(type_name)?;
+        self.check_id(type_name, id)?;
         Ok(self.state.backend().watch(namespace, type_name, id))
     }
 }
