@@ -11,6 +11,7 @@ use talosbox::api::sockets::{self, SocketPaths, Uids};
 use talosbox::block::meta::{self, Meta, MetaStore, tag};
 use talosbox::controllers::runtime::MetaLoadController;
 use talosbox::cosi::{Harness, State};
+use talosbox::proto::cosi::resource as wire;
 use talosbox::proto::machine::machine_service_client::MachineServiceClient;
 use talosbox::proto::machine::{MetaDeleteRequest, MetaWriteRequest};
 use talosbox::resources::block::{self as blk, VolumePhase, VolumeStatus};
@@ -29,6 +30,7 @@ struct Rig {
     node: Arc<TestNode>,
     partition: tempfile::NamedTempFile,
     client: MachineServiceClient<Channel>,
+    channel: Channel,
     _dir: tempfile::TempDir,
     cancel: CancellationToken,
 }
@@ -56,8 +58,9 @@ impl Rig {
         while !paths.machine.exists() {
             tokio::task::yield_now().await;
         }
-        let client = MachineServiceClient::new(talosbox::client::conn::unix(&paths.machine).unwrap());
-        Rig { harness, node, partition, client, _dir: dir, cancel }
+        let channel = talosbox::client::conn::unix(&paths.machine).unwrap();
+        let client = MachineServiceClient::new(channel.clone());
+        Rig { harness, node, partition, client, channel, _dir: dir, cancel }
     }
 
     fn volume(&self, phase: VolumePhase) {
@@ -76,6 +79,37 @@ impl Rig {
         let reply = self.client.clone().meta_write(request).await?.into_inner();
         assert_eq!(reply.messages.len(), 1, "one message per node");
         Ok(())
+    }
+
+    /// The spec (its YAML) of MetaKey `id` through the State API, as `roles` reads it.
+    async fn get_meta_key(&self, roles: &str, id: &str) -> Result<String, tonic::Status> {
+        let mut request = tonic::Request::new(wire::GetRequest {
+            namespace: NAMESPACE.into(),
+            r#type: "MetaKeys.runtime.talos.dev".into(),
+            id: id.into(),
+            options: None,
+        });
+        request.metadata_mut().insert("talos-role", roles.parse().unwrap());
+        let got = wire::state_client::StateClient::new(self.channel.clone()).get(request).await?.into_inner();
+        Ok(got.resource.and_then(|r| r.spec).map(|s| s.yaml_spec).unwrap_or_default())
+    }
+
+    /// Every MetaKey `roles` is shown by a State List: ids and the YAML of their specs.
+    async fn list_meta_keys(&self, roles: &str) -> Vec<(String, String)> {
+        let mut request = tonic::Request::new(wire::ListRequest {
+            namespace: NAMESPACE.into(),
+            r#type: "MetaKeys.runtime.talos.dev".into(),
+            options: None,
+        });
+        request.metadata_mut().insert("talos-role", roles.parse().unwrap());
+        let mut stream =
+            wire::state_client::StateClient::new(self.channel.clone()).list(request).await.unwrap().into_inner();
+        let mut out = Vec::new();
+        while let Some(item) = stream.message().await.unwrap() {
+            let r = item.resource.unwrap();
+            out.push((r.metadata.unwrap().id, r.spec.map(|s| s.yaml_spec).unwrap_or_default()));
+        }
+        out
     }
 
     async fn delete(&self, roles: &str, key: u32) -> Result<(), tonic::Status> {
@@ -136,6 +170,29 @@ async fn meta_keys_are_written_read_back_and_deleted_through_the_api() {
     let h = &rig.harness;
     h.assert_spec(NAMESPACE, "0x0a", &MetaKey { value: String::from_utf8(network.to_vec()).unwrap() }).await;
     h.assert_spec(NAMESPACE, "0x0c", &MetaKey { value: "second".into() }).await;
+
+    // Keys whose tags may hold secrets (STATE's encryption, the user-reserved ones) are for
+    // admins only; the others every role reads.
+    let state_encryption =
+        br#"{"keys":[{"slot":0,"kms":{"endpoint":"https://kms.example:4443?token=s3cret"}}],"provider":"luks2"}"#;
+    rig.write("os:admin", u32::from(tag::STATE_ENCRYPTION_CONFIG), state_encryption).await.unwrap();
+    h.assert_spec(NAMESPACE, "0x09", &MetaKey { value: String::from_utf8(state_encryption.to_vec()).unwrap() }).await;
+    for roles in ["os:reader", "os:operator", "os:reader,os:meta:writer"] {
+        let e = rig.get_meta_key(roles, "0x09").await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{roles}: {e:?}");
+        assert!(e.message().contains("MetaKeys.runtime.talos.dev 0x09 is sensitive"), "{}", e.message());
+        let e = rig.get_meta_key(roles, "0x0c").await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{roles}: {e:?}");
+        assert!(rig.get_meta_key(roles, "0x0a").await.unwrap().contains("10.0.0.5/24"), "{roles}");
+        let listed = rig.list_meta_keys(roles).await;
+        assert_eq!(listed.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["0x0a"], "{roles}");
+        assert!(!listed.iter().any(|(_, v)| v.contains("s3cret")), "{roles}: {listed:?}");
+    }
+    assert!(rig.get_meta_key("os:admin", "0x09").await.unwrap().contains("s3cret"));
+    let listed = rig.list_meta_keys("os:admin").await;
+    assert_eq!(listed.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(), ["0x09", "0x0a", "0x0c"]);
+    rig.delete("os:admin", u32::from(tag::STATE_ENCRYPTION_CONFIG)).await.unwrap();
+    h.assert_absent::<MetaKey>(NAMESPACE, "0x09").await;
 
     // Keys the format cannot hold, and values that do not fit.
     for key in [0, 256, 0x1_0000] {

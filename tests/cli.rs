@@ -150,3 +150,78 @@ fn talosctl_validate_checks_a_config_with_volume_documents() {
     assert!(text(&out).contains("unknown runtime mode: \"moon\""), "{}", text(&out));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+fn talosbox_talosctl(dir: &std::path::Path, args: &[&str]) -> Output {
+    Command::new(bin())
+        .arg("talosctl")
+        .args(args)
+        .current_dir(dir)
+        .env("TALOSCONFIG", dir.join("talosconfig"))
+        .output()
+        .unwrap()
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn gen_secrets_force_over_a_0644_file_leaves_it_0600() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("gen-secrets-mode");
+    let path = dir.join("secrets.yaml");
+    std::fs::write(&path, "old: text\n").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = talosbox_talosctl(&dir, &["gen", "secrets", "-o", "secrets.yaml", "--force"]);
+    assert!(out.status.success(), "{}", text(&out));
+    println!("secrets.yaml: 0644 before, {:o} after gen secrets --force", mode(&path));
+    assert_eq!(mode(&path), 0o600);
+    assert!(std::fs::read_to_string(&path).unwrap().contains("certs:"));
+    // So does every file gen config --force writes over.
+    for name in ["controlplane.yaml", "worker.yaml", "talosconfig"] {
+        std::fs::write(dir.join(name), "old\n").unwrap();
+        std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let out = talosbox_talosctl(
+        &dir,
+        &["gen", "config", "c", "https://10.5.0.2:6443", "--with-secrets", "secrets.yaml", "--force"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    for name in ["controlplane.yaml", "worker.yaml", "talosconfig"] {
+        assert_eq!(mode(&dir.join(name)), 0o600, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn gen_config_refuses_a_dangling_symlink_and_writes_nothing() {
+    let dir = scratch("gen-config-symlink");
+    let out_dir = dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let target = dir.join("stolen.yaml");
+    let link = out_dir.join("controlplane.yaml");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    for force in [false, true] {
+        let mut args = vec!["gen", "config", "c", "https://10.5.0.2:6443", "-o", "out"];
+        if force {
+            args.push("--force");
+        }
+        let out = talosbox_talosctl(&dir, &args);
+        let said = text(&out);
+        println!("gen config -o out{}: {}", if force { " --force" } else { "" }, said.trim());
+        assert!(!out.status.success(), "{said}");
+        assert!(said.contains(&link.display().to_string()) || said.contains("out/controlplane.yaml"), "{said}");
+        assert!(said.contains("symbolic link"), "{said}");
+        assert!(!target.exists(), "the link's target was written");
+        for name in ["worker.yaml", "talosconfig"] {
+            assert!(!out_dir.join(name).exists(), "{name} was written");
+        }
+    }
+    // gen secrets too, dangling or not.
+    let out = talosbox_talosctl(&dir, &["gen", "secrets", "-o", "out/controlplane.yaml", "--force"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("symbolic link"), "{}", text(&out));
+    assert!(!target.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -274,8 +274,15 @@ pub struct Encryption {
 impl Encryption {
     /// STATE's encryption as Talos keeps it in META (tag 9, `StateEncryptionConfig`): the
     /// JSON of v1alpha1's `EncryptionConfig`, so an encrypted STATE opens before the
-    /// configuration on it can be read. A static passphrase is in it, as in Talos; a recovery
-    /// key's passphrase never is (only that its slot is a recovery slot, to be kept).
+    /// configuration on it can be read. No passphrase is ever in it. Talos keeps a static
+    /// passphrase here in clear; here a static key is kept as a recovery slot (its slot, kept
+    /// by the key sync, and no passphrase): STATE opens before its configuration by the keys
+    /// the node holds (nodeID, tpm, kms) or, with a static key alone, with the passphrase
+    /// given through `talosctl unlock`; once a configuration is in force its static key is
+    /// the configuration's. Nothing secret exists on a node before STATE is open, so whatever
+    /// META kept to open a static slot unattended would be that passphrase on the same disk
+    /// (or as good as it), and a passphrase written once for many nodes and volumes would be
+    /// read off any of them. `lockToState` cannot help: STATE holds the salt.
     pub fn to_meta_json(&self) -> String {
         use serde_json::{Map, Value, json};
         let keys: Vec<Value> = self
@@ -284,9 +291,6 @@ impl Encryption {
             .map(|k| {
                 let mut key = Map::new();
                 match &k.kind {
-                    KeyKind::Static { passphrase } => {
-                        key.insert("static".into(), json!({ "passphrase": passphrase.expose() }));
-                    }
                     KeyKind::NodeId => {
                         key.insert("nodeID".into(), json!({}));
                     }
@@ -303,7 +307,7 @@ impl Encryption {
                         }
                         key.insert("tpm".into(), Value::Object(t));
                     }
-                    KeyKind::Recovery { .. } => {
+                    KeyKind::Static { .. } | KeyKind::Recovery { .. } => {
                         key.insert("recovery".into(), json!({}));
                     }
                 }

@@ -72,6 +72,13 @@ pub trait ResourceSpec:
     fn yaml_text(&self) -> Option<String> {
         None
     }
+
+    /// Whether resource `id` of this type is readable by admins only although the type is
+    /// not `Sensitive` (a META key whose tag may hold a secret). A `Sensitive` type is so
+    /// whole, whatever this says.
+    fn sensitive_id(_id: &str) -> bool {
+        false
+    }
 }
 
 /// Object-safe face of a spec, for type-erased storage and the API.
@@ -136,11 +143,23 @@ fn decode_yaml<T: ResourceSpec>(text: &str) -> Result<Arc<dyn SpecObject>, Codec
 pub struct ResourceType {
     definition: &'static ResourceDefinition,
     decode_yaml: Decoder,
+    sensitive_id: fn(&str) -> bool,
 }
 
 impl ResourceType {
     pub fn of<T: ResourceSpec>() -> Self {
-        ResourceType { definition: &T::DEFINITION, decode_yaml: decode_yaml::<T> }
+        ResourceType { definition: &T::DEFINITION, decode_yaml: decode_yaml::<T>, sensitive_id: T::sensitive_id }
+    }
+
+    /// Whether resource `id` of this type is for admins only: the whole type is `Sensitive`,
+    /// or the type says this one is ([`ResourceSpec::sensitive_id`]).
+    pub fn is_sensitive(&self, id: &str) -> bool {
+        self.definition.sensitivity == Sensitivity::Sensitive || (self.sensitive_id)(id)
+    }
+
+    /// The test of [`ResourceSpec::sensitive_id`] for this type, for a watch to hide by.
+    pub fn sensitive_ids(&self) -> fn(&str) -> bool {
+        self.sensitive_id
     }
 
     pub fn definition(&self) -> &'static ResourceDefinition {

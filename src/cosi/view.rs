@@ -2,7 +2,10 @@
 //!
 //! It offers get, list and watch only, by type name, for registered types only; a caller
 //! without `os:admin` asking for a `Sensitive` type (machine configuration, keys) is refused
-//! with `PermissionDenied`, never answered with an empty list. It cannot write.
+//! with `PermissionDenied`, never answered with an empty list. Of a type that is not
+//! sensitive but has resources that are (META keys whose tags may hold secrets), such a
+//! caller's get or single watch of one is refused the same way, and its lists and kind
+//! watches never carry one. It cannot write.
 
 use std::sync::Arc;
 
@@ -51,17 +54,26 @@ impl StateView {
         self.access
     }
 
-    fn check(&self, type_name: &str) -> Result<(), StateError> {
+    fn check(&self, type_name: &str) -> Result<&super::resource::ResourceType, StateError> {
         let t =
             self.registry.get(type_name).ok_or_else(|| StateError::UnknownType { type_name: type_name.to_string() })?;
         if t.definition().sensitivity == Sensitivity::Sensitive && self.access != Access::All {
             return Err(StateError::PermissionDenied { type_name: type_name.to_string() });
         }
+        Ok(&t.resource_type)
+    }
+
+    /// [`Self::check`], and the resource `id` itself.
+    fn check_id(&self, type_name: &str, id: &str) -> Result<(), StateError> {
+        let t = self.check(type_name)?;
+        if self.access != Access::All && t.is_sensitive(id) {
+            return Err(StateError::PermissionDenied { type_name: format!("{type_name} {id}") });
+        }
         Ok(())
     }
 
     pub fn get(&self, namespace: &str, type_name: &str, id: &str) -> Result<Arc<AnyResource>, StateError> {
-        self.check(type_name)?;
+        self.check_id(type_name, id)?;
         self.state.backend().get(namespace, type_name, id)
     }
 
@@ -71,17 +83,77 @@ impl StateView {
         type_name: &str,
         options: &ListOptions,
     ) -> Result<Vec<Arc<AnyResource>>, StateError> {
-        self.check(type_name)?;
-        Ok(self.state.backend().list(namespace, type_name, options))
+        let t = *self.check(type_name)?;
+        let mut found = self.state.backend().list(namespace, type_name, options);
+        if self.access != Access::All {
+            found.retain(|r| !t.is_sensitive(&r.metadata.id));
+        }
+        Ok(found)
     }
 
     pub fn watch_kind(&self, namespace: &str, type_name: &str, options: &WatchOptions) -> Result<Watch, StateError> {
-        self.check(type_name)?;
-        Ok(self.state.backend().watch_kind(namespace, type_name, options))
+        let t = *self.check(type_name)?;
+        let watch = self.state.backend().watch_kind(namespace, type_name, options);
+        Ok(if self.access == Access::All { watch } else { watch.hiding(t.sensitive_ids()) })
     }
 
     pub fn watch(&self, namespace: &str, type_name: &str, id: &str) -> Result<Watch, StateError> {
-        self.check(type_name)?;
+        self.check_id(type_name, id)?;
         Ok(self.state.backend().watch(namespace, type_name, id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cosi::Resource;
+    use crate::cosi::watch::Event;
+    use crate::resources::runtime::{MetaKey, NAMESPACE};
+
+    const TYPE: &str = "MetaKeys.runtime.talos.dev";
+
+    fn key(state: &State, id: &str, value: &str) {
+        state.create(Resource::new(NAMESPACE, id, MetaKey { value: value.into() }), "").unwrap();
+    }
+
+    fn ids(watch: &mut Watch) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(Ok(e)) = watch.try_next() {
+            match e {
+                Event::Bootstrapped => out.push("bootstrapped".into()),
+                e => out.extend(e.resource().map(|r| r.metadata.id.clone())),
+            }
+        }
+        out
+    }
+
+    /// A reader never sees a META key whose tag may hold a secret: get and single watch are
+    /// refused, lists and kind watches (snapshot and live) leave it out; an admin sees all.
+    #[test]
+    fn sensitive_ids_of_a_readable_type_are_for_admins_only() {
+        let state = State::in_memory();
+        let registry = Arc::new(crate::resources::registry().unwrap());
+        key(&state, "0x09", "passphrase");
+        key(&state, "0x0a", "network");
+        let reader = StateView::new(state.clone(), registry.clone(), Access::for_roles(&["os:reader"]));
+        let admin = StateView::new(state.clone(), registry, Access::for_roles(&["os:admin"]));
+
+        let err = reader.get(NAMESPACE, TYPE, "0x09").unwrap_err();
+        assert_eq!(err.to_string(), "MetaKeys.runtime.talos.dev 0x09 is sensitive: reading it needs the os:admin role");
+        assert!(reader.watch(NAMESPACE, TYPE, "0x0c").is_err(), "not there yet, refused all the same");
+        assert!(reader.get(NAMESPACE, TYPE, "0x0a").is_ok());
+        assert!(admin.get(NAMESPACE, TYPE, "0x09").is_ok());
+        let listed = |v: &StateView| -> Vec<String> {
+            v.list(NAMESPACE, TYPE, &ListOptions::default()).unwrap().iter().map(|r| r.metadata.id.clone()).collect()
+        };
+        assert_eq!(listed(&reader), ["0x0a"]);
+        assert_eq!(listed(&admin), ["0x09", "0x0a"]);
+
+        let mut seen = reader.watch_kind(NAMESPACE, TYPE, &WatchOptions::default()).unwrap();
+        let mut all = admin.watch_kind(NAMESPACE, TYPE, &WatchOptions::default()).unwrap();
+        key(&state, "0x0c", "user secret");
+        key(&state, "0x0f", "uuid");
+        assert_eq!(ids(&mut seen), ["0x0a", "bootstrapped", "0x0f"]);
+        assert_eq!(ids(&mut all), ["0x09", "0x0a", "bootstrapped", "0x0c", "0x0f"]);
     }
 }

@@ -180,6 +180,8 @@ pub struct Watch {
     initial: VecDeque<Event>,
     cursor: Cursor,
     filter: Option<ListOptions>,
+    /// Ids never passed on, whatever happens to them (resources the caller may not read).
+    hidden: Option<fn(&str) -> bool>,
     ended: Option<WatchError>,
 }
 
@@ -189,7 +191,15 @@ impl Watch {
     /// snapshot must already be filtered.
     pub fn new(initial: Vec<Event>, cursor: Cursor, filter: ListOptions) -> Self {
         let filter = (!(filter.labels.is_all() && filter.ids.is_all())).then_some(filter);
-        Watch { initial: initial.into(), cursor, filter, ended: None }
+        Watch { initial: initial.into(), cursor, filter, hidden: None, ended: None }
+    }
+
+    /// This watch without any event of a resource whose id `hidden` says (the snapshot's
+    /// included): ids never change, so such a resource is simply never seen.
+    pub fn hiding(mut self, hidden: fn(&str) -> bool) -> Self {
+        self.initial.retain(|e| e.resource().is_none_or(|r| !hidden(&r.metadata.id)));
+        self.hidden = Some(hidden);
+        self
     }
 
     /// A snapshot (`Created` per resource, then `Bootstrapped`).
@@ -202,6 +212,11 @@ impl Watch {
     /// Passes an event through the filter: one whose resource starts or stops matching with
     /// an update becomes a `Created` or a `Destroyed`.
     fn narrow(&self, event: Event) -> Option<Event> {
+        if let (Some(hidden), Some(r)) = (self.hidden, event.resource())
+            && hidden(&r.metadata.id)
+        {
+            return None;
+        }
         let Some(filter) = &self.filter else { return Some(event) };
         let matches = |r: &AnyResource| filter.matches(&r.metadata.id, &r.metadata.labels);
         match event {

@@ -241,19 +241,12 @@ impl ConfigStore {
 
     fn write(&self, text: &str) -> Result<(), StoreError> {
         use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
         let err = |source| StoreError::Write { path: self.path.clone(), source };
         if let Some(dir) = self.path.parent() {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
         let partial = self.path.with_extension("partial");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&partial)
-            .map_err(err)?;
+        let mut f = crate::pki::open_private(&partial).map_err(err)?;
         f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(err)?;
         std::fs::rename(&partial, &self.path).map_err(err)
     }

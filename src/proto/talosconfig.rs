@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -259,8 +259,7 @@ impl Config {
         tmp_name.push(format!(".tmp-{}", std::process::id()));
         let tmp = dir.join(tmp_name);
         let written = (|| {
-            let mut file =
-                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let mut file = crate::pki::open_private(&tmp)?;
             file.write_all(self.to_yaml().as_bytes())?;
             file.sync_all()?;
             std::fs::rename(&tmp, path)

@@ -310,6 +310,21 @@ impl MetaKey {
     pub fn id(tag: u8) -> String {
         format!("0x{tag:02x}")
     }
+
+    /// The tags that hold nothing secret, readable by every role: upgrade bookkeeping (6, 7,
+    /// 8), the metal platform's network configuration (10), the UUID override (15) and the
+    /// disk image's bootloader (17). Every other tag may hold a secret and is for admins
+    /// only: STATE's encryption (9: kms endpoints, a static key's slot), the download URL
+    /// code (11), the user-reserved tags (12-14, anything at all), the unique machine token
+    /// (16), and any tag not known here.
+    pub const PUBLIC_TAGS: &'static [u8] = &[
+        crate::block::meta::tag::UPGRADE,
+        crate::block::meta::tag::STAGED_UPGRADE_IMAGE_REF,
+        crate::block::meta::tag::STAGED_UPGRADE_INSTALL_OPTIONS,
+        crate::block::meta::tag::METAL_NETWORK_PLATFORM_CONFIG,
+        crate::block::meta::tag::UUID_OVERRIDE,
+        crate::block::meta::tag::DISK_IMAGE_BOOTLOADER,
+    ];
 }
 
 /// Talos's `MetaKeySpec` message (value = 1).
@@ -330,6 +345,12 @@ impl ResourceSpec for MetaKey {
 
     fn to_proto(&self) -> Option<Vec<u8>> {
         Some(prost::Message::encode_to_vec(&MetaKeyWire { value: self.value.clone() }))
+    }
+
+    /// A key is for admins only unless its id is one of [`MetaKey::PUBLIC_TAGS`] exactly as
+    /// [`MetaKey::id`] spells it (fail closed: an id of any other form is sensitive).
+    fn sensitive_id(id: &str) -> bool {
+        !MetaKey::PUBLIC_TAGS.iter().any(|&tag| MetaKey::id(tag) == id)
     }
 }
 
@@ -533,5 +554,24 @@ mod tests {
         assert_eq!(MetaKey::id(0xff), "0xff");
         // Field 1, length-delimited, "ab".
         assert_eq!(ResourceSpec::to_proto(&MetaKey { value: "ab".into() }), Some(vec![0x0a, 0x02, b'a', b'b']));
+        // Tags that may hold secrets are for admins only, unknown ones and odd spellings too.
+        for (id, sensitive) in [
+            ("0x06", false),
+            ("0x0a", false),
+            ("0x0f", false),
+            ("0x11", false),
+            ("0x09", true),
+            ("0x0b", true),
+            ("0x0c", true),
+            ("0x0e", true),
+            ("0x10", true),
+            ("0x20", true),
+            ("0x9", true),
+            ("0x0A", true),
+            ("", true),
+        ] {
+            assert_eq!(<MetaKey as ResourceSpec>::sensitive_id(id), sensitive, "{id}");
+            assert_eq!(crate::cosi::ResourceType::of::<MetaKey>().is_sensitive(id), sensitive, "{id}");
+        }
     }
 }

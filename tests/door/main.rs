@@ -10,3 +10,4 @@
 
 mod harness;
 mod proxy;
+mod yaml;

@@ -95,14 +95,20 @@ impl GenCommand {
     }
 }
 
+/// Refuses, before anything is written, a path that exists (unless `force`) or is a symbolic
+/// link (always, dangling or not: a secret is never written through one).
 fn refuse_existing(path: &Path, force: bool) -> Result<(), String> {
-    if !force && path.exists() {
-        return Err(format!("{} already exists, use --force to overwrite", path.display()));
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err(format!("{} is a symbolic link, which is never written through", path.display()))
+        }
+        Ok(_) if !force => Err(format!("{} already exists, use --force to overwrite", path.display())),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
-/// Writes `text` to `path`, readable by its owner only (it holds keys).
+/// Writes `text` to `path`, mode 0600 whatever was there, never through a symbolic link (it
+/// holds keys).
 pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
     crate::pki::write_private(path, text).map_err(|e| format!("writing {}: {e}", path.display()))
 }

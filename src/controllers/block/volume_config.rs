@@ -721,20 +721,39 @@ mod tests {
         let from_config = crate::config::load(legacy).unwrap().config.block().unwrap();
         let enc = from_config.volume(SystemVolume::State).and_then(|v| v.encryption.clone()).unwrap();
         let json = enc.to_meta_json();
-        assert_eq!(
-            json,
-            r#"{"keys":[{"slot":0,"tpm":{}},{"slot":1,"static":{"passphrase":"re\"covery"}}],"provider":"luks2"}"#
-        );
+        // A static passphrase never goes to META: its slot is kept as a recovery slot, opened
+        // by `talosctl unlock` when the node's own keys do not open STATE.
+        assert_eq!(json, r#"{"keys":[{"slot":0,"tpm":{}},{"recovery":{},"slot":1}],"provider":"luks2"}"#);
+        assert!(!json.contains("passphrase"), "{json}");
         let back = Encryption::from_meta_json(&json).unwrap();
-        assert_eq!(back, enc);
+        assert_eq!(
+            back.keys[1],
+            crate::config::block::EncryptionKey {
+                slot: 1,
+                kind: KeyKind::Recovery { passphrase: None },
+                lock_to_state: false
+            }
+        );
 
         // No configuration: META's, and STATE is only located.
         let all = volume_resources(None, Some(&back));
         let state = &find(&all, STATE).config;
         assert!(!state.provisioning.is_requested());
         let kinds: Vec<(u32, K)> = state.encryption.keys.iter().map(|k| (k.slot, k.kind)).collect();
-        assert_eq!(kinds, [(0, K::Tpm), (1, K::Static)]);
-        assert_eq!(state.encryption.keys[1].static_passphrase, "re\"covery");
+        assert_eq!(kinds, [(0, K::Tpm), (1, K::Recovery)]);
+        assert_eq!(state.encryption.keys[1].static_passphrase, "");
+        // With a configuration in force, the configuration's static key.
+        let all = volume_resources(Some(&from_config), Some(&back));
+        let key = &find(&all, STATE).config.encryption.keys[1];
+        assert_eq!((key.kind, key.static_passphrase.as_str()), (K::Static, "re\"covery"));
+        // What Talos wrote in clear still opens STATE (it is rewritten without it once a
+        // configuration is in force).
+        let talos =
+            Encryption::from_meta_json(r#"{"provider":"luks2","keys":[{"slot":0,"static":{"passphrase":"p"}}]}"#)
+                .unwrap();
+        let all = volume_resources(None, Some(&talos));
+        let key = &find(&all, STATE).config.encryption.keys[0];
+        assert_eq!((key.kind, key.static_passphrase.as_str()), (K::Static, "p"));
 
         // The configuration's comes first; one that does not say leaves META's.
         let other =

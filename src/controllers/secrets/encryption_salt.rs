@@ -69,9 +69,8 @@ pub fn load_or_create(root: &Path) -> Result<EncryptionSalt, String> {
 /// directory: a power cut leaves the old file or the new one, never half of one.
 fn write_durably(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     let partial: PathBuf = path.with_extension("partial");
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&partial)?;
+    let mut f = crate::pki::open_private(&partial)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&partial, path)?;
