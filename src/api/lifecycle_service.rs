@@ -11,14 +11,14 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use tokio::sync::mpsc;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::node::Node;
+use super::stream::{BoxStream, produce};
 use crate::boot::artifacts::{self, Artifacts};
 use crate::proto::machine::{self as m, lifecycle_service_server::LifecycleService};
 use crate::proto::talosbox::lifecycle::{self as l, artifact_service_server::ArtifactService};
@@ -39,8 +39,6 @@ impl LifecycleApi {
         LifecycleApi { node }
     }
 }
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 fn progress(response: m::lifecycle_service_install_progress::Response) -> m::LifecycleServiceUpgradeResponse {
     m::LifecycleServiceUpgradeResponse {
@@ -84,14 +82,13 @@ impl LifecycleService for LifecycleApi {
             return Err(Status::invalid_argument("source.image_name: the artifacts to upgrade to are required"));
         }
         let (lines_tx, mut lines_rx) = mpsc::unbounded_channel::<String>();
-        let (tx, rx) = mpsc::channel(32);
         let node = self.node.clone();
-        tokio::spawn(async move {
-            let work = node.upgrade(&image, lines_tx);
-            tokio::pin!(work);
+        // The upgrade goes on if the client leaves: only the relay of its progress ends.
+        let mut work = tokio::spawn(async move { node.upgrade(&image, lines_tx).await });
+        Ok(Response::new(produce(32, move |tx| async move {
             let outcome = loop {
                 tokio::select! {
-                    r = &mut work => break r,
+                    r = &mut work => break r.unwrap_or_else(|e| Err(Status::internal(format!("the upgrade task: {e}")))),
                     Some(line) = lines_rx.recv() => {
                         let _ = tx.send(Ok(progress(m::lifecycle_service_install_progress::Response::Message(line)))).await;
                     }
@@ -110,9 +107,7 @@ impl LifecycleService for LifecycleApi {
                 }
             };
             let _ = tx.send(Ok(progress(m::lifecycle_service_install_progress::Response::ExitCode(code)))).await;
-        });
-        let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
-        Ok(Response::new(Box::pin(stream)))
+        })))
     }
 }
 

@@ -8,17 +8,15 @@
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use futures::Stream;
 use tokio::io::AsyncReadExt;
-use tokio::sync::mpsc;
 use tonic::{Request, Response, Status};
 
 use super::events::{EventLog, Tail};
 use super::node::{Node, PowerAction, ServiceAction};
+use super::stream::{BoxStream, Gone, Sink, produce, produce_blocking};
 use super::timestamp;
 use crate::cosi::State;
 use crate::proto::common;
@@ -33,12 +31,6 @@ impl MachineApi {
     pub fn new(node: Arc<dyn Node>, state: State) -> Self {
         MachineApi { node, state }
     }
-}
-
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-fn stream_of<T: Send + 'static>(rx: mpsc::Receiver<Result<T, Status>>) -> BoxStream<T> {
-    Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }))
 }
 
 fn data(bytes: Vec<u8>) -> common::Data {
@@ -123,13 +115,14 @@ fn wanted(info: &m::FileInfo, types: &[i32]) -> bool {
     types.contains(&(kind as i32))
 }
 
-/// Walks `root` to `depth` levels (0: no limit), root first, children sorted by name.
-fn walk(root: &Path, depth: i32, types: &[i32], tx: &mpsc::Sender<Result<m::FileInfo, Status>>) {
+/// Walks `root` to `depth` levels (0: no limit), root first, children sorted by name, until
+/// `send` says the client is gone.
+fn walk(root: &Path, depth: i32, types: &[i32], send: &mut dyn FnMut(m::FileInfo) -> Result<(), Gone>) {
     let mut stack: Vec<(PathBuf, i32)> = vec![(root.to_path_buf(), 0)];
     while let Some((path, level)) = stack.pop() {
         let info = file_info(&path, root);
         let is_dir = info.is_dir;
-        if wanted(&info, types) && tx.blocking_send(Ok(info)).is_err() {
+        if wanted(&info, types) && send(info).is_err() {
             return;
         }
         if !is_dir || (depth > 0 && level >= depth) {
@@ -139,7 +132,7 @@ fn walk(root: &Path, depth: i32, types: &[i32], tx: &mpsc::Sender<Result<m::File
             Ok(rd) => rd.filter_map(|e| e.ok().map(|e| e.path())).collect(),
             Err(e) => {
                 let err = m::FileInfo { name: path.display().to_string(), error: e.to_string(), ..Default::default() };
-                if tx.blocking_send(Ok(err)).is_err() {
+                if send(err).is_err() {
                     return;
                 }
                 continue;
@@ -161,7 +154,7 @@ fn event_to_wire(e: &super::events::Event) -> m::Event {
     }
 }
 
-async fn follow_events(log: Arc<EventLog>, tail: Tail, actor: String, tx: mpsc::Sender<Result<m::Event, Status>>) {
+async fn follow_events(log: Arc<EventLog>, tail: Tail, actor: String, tx: Sink<m::Event>) {
     let mut changes = log.subscribe();
     let (first, mut next) = log.start(&tail);
     changes.borrow_and_update();
@@ -172,9 +165,8 @@ async fn follow_events(log: Arc<EventLog>, tail: Tail, actor: String, tx: mpsc::
         }
     }
     loop {
-        tokio::select! {
-            () = tx.closed() => return,
-            changed = changes.changed() => if changed.is_err() { return },
+        if changes.changed().await.is_err() {
+            return;
         }
         let (events, after) = log.since(next);
         next = after;
@@ -184,6 +176,16 @@ async fn follow_events(log: Arc<EventLog>, tail: Tail, actor: String, tx: mpsc::
             }
         }
     }
+}
+
+/// Sends log lines as one message (none if there are none); false once the client is gone.
+async fn send_lines(tx: &Sink<common::Data>, lines: Vec<String>) -> bool {
+    if lines.is_empty() {
+        return true;
+    }
+    let mut bytes = lines.join("\n").into_bytes();
+    bytes.push(b'\n');
+    tx.send(Ok(data(bytes))).await.is_ok()
 }
 
 /// Go's names for the architectures talosbox builds for.
@@ -211,13 +213,9 @@ impl MachineService for MachineApi {
         let mut reader = crate::kernel::kmsg::Reader::open(r.tail, r.follow)
             .map_err(|e| Status::internal(format!("opening /dev/kmsg: {e}")))?;
         let boot = crate::kernel::kmsg::boot_time();
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
+        Ok(Response::new(produce(64, move |tx| async move {
             loop {
-                let record = tokio::select! {
-                    () = tx.closed() => return,
-                    r = reader.next() => r,
-                };
+                let record = reader.next().await;
                 let item = match record {
                     Ok(Some(rec)) => {
                         let at = crate::cosi::timestamp::format(rec.time(boot));
@@ -231,8 +229,7 @@ impl MachineService for MachineApi {
                     return;
                 }
             }
-        });
-        Ok(Response::new(stream_of(rx)))
+        })))
     }
 
     type EventsStream = BoxStream<m::Event>;
@@ -244,9 +241,8 @@ impl MachineService for MachineApi {
             after_id: Some(r.tail_id).filter(|s| !s.is_empty()),
             seconds: r.tail_seconds,
         };
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(follow_events(self.node.events(), tail, r.with_actor_id, tx));
-        Ok(Response::new(stream_of(rx)))
+        let log = self.node.events();
+        Ok(Response::new(produce(64, move |tx| follow_events(log, tail, r.with_actor_id, tx))))
     }
 
     async fn hostname(&self, _: Request<()>) -> Result<Response<m::HostnameResponse>, Status> {
@@ -264,9 +260,9 @@ impl MachineService for MachineApi {
             return Err(Status::not_found(format!("listing {}: {e}", root.display())));
         }
         let depth = if !r.recurse { 1 } else { r.recursion_depth.max(0) };
-        let (tx, rx) = mpsc::channel(128);
-        tokio::task::spawn_blocking(move || walk(&root, depth, &r.types, &tx));
-        Ok(Response::new(stream_of(rx)))
+        Ok(Response::new(produce_blocking(128, move |tx| {
+            walk(&root, depth, &r.types, &mut |info| tx.blocking_send(Ok(info)))
+        })))
     }
 
     type LogsStream = BoxStream<common::Data>;
@@ -278,39 +274,25 @@ impl MachineService for MachineApi {
             Status::not_found(format!("no log for {:?} (services: machined, {})", r.id, known.join(", ")))
         })?;
         let tail = usize::try_from(r.tail_lines).ok();
-        let (tx, rx) = mpsc::channel(64);
         let follow = r.follow;
-        tokio::spawn(async move {
+        Ok(Response::new(produce(64, move |tx| async move {
             let mut changes = source.subscribe();
             changes.borrow_and_update();
             let (lines, mut next) = source.tail(tail);
-            let send = |lines: Vec<String>| {
-                let tx = tx.clone();
-                async move {
-                    if lines.is_empty() {
-                        return true;
-                    }
-                    let mut bytes = lines.join("\n").into_bytes();
-                    bytes.push(b'\n');
-                    tx.send(Ok(data(bytes))).await.is_ok()
-                }
-            };
-            if !send(lines).await || !follow {
+            if !send_lines(&tx, lines).await || !follow {
                 return;
             }
             loop {
-                tokio::select! {
-                    () = tx.closed() => return,
-                    changed = changes.changed() => if changed.is_err() { return },
+                if changes.changed().await.is_err() {
+                    return;
                 }
                 let (lines, after) = source.since(next);
                 next = after;
-                if !send(lines).await {
+                if !send_lines(&tx, lines).await {
                     return;
                 }
             }
-        });
-        Ok(Response::new(stream_of(rx)))
+        })))
     }
 
     async fn memory(&self, _: Request<()>) -> Result<Response<m::MemoryResponse>, Status> {
@@ -439,8 +421,7 @@ impl MachineService for MachineApi {
         let mut file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| Status::permission_denied(format!("reading {}: {e}", path.display())))?;
-        let (tx, rx) = mpsc::channel(8);
-        tokio::spawn(async move {
+        Ok(Response::new(produce(8, move |tx| async move {
             let mut buf = vec![0u8; 32 * 1024];
             loop {
                 let item = match file.read(&mut buf).await {
@@ -453,8 +434,7 @@ impl MachineService for MachineApi {
                     return;
                 }
             }
-        });
-        Ok(Response::new(stream_of(rx)))
+        })))
     }
 
     async fn reboot(&self, _: Request<m::RebootRequest>) -> Result<Response<m::RebootResponse>, Status> {
@@ -629,13 +609,11 @@ mod tests {
         std::fs::write(dir.path().join("a/b/c"), "").unwrap();
         std::fs::write(dir.path().join("z"), "").unwrap();
         let run = |depth, types: &[i32]| {
-            let (tx, mut rx) = mpsc::channel(64);
-            walk(dir.path(), depth, types, &tx);
-            drop(tx);
             let mut out = Vec::new();
-            while let Ok(Ok(i)) = rx.try_recv() {
+            walk(dir.path(), depth, types, &mut |i| {
                 out.push(i.relative_name);
-            }
+                Ok(())
+            });
             out
         };
         assert_eq!(run(1, &[]), vec![".", "a", "z"]);

@@ -25,6 +25,7 @@ pub mod server;
 pub mod sockets;
 pub mod state_service;
 pub mod storage_service;
+pub mod stream;
 pub mod time_service;
 pub mod trustd;
 pub mod volume_service;

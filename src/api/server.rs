@@ -18,10 +18,18 @@ use tower::{Layer, Service};
 
 use super::authz::{self, NodeMode};
 
+/// The one process a socket admits now (a service's current pid; `None` while it is not
+/// running, when nobody is admitted).
+pub type PidOf = Arc<dyn Fn() -> Option<u32> + Send + Sync>;
+
 /// Who may use one socket, and whether methods are checked against roles.
 pub struct Guard {
     /// Peer uids admitted.
     pub uids: Vec<u32>,
+    /// When set, only the process it names is admitted, whatever else runs as its uid: in
+    /// container mode every node's apid shares uid 50, so the uid alone would admit another
+    /// node's apid (or anything of that uid) as this node's.
+    pub pid: Option<PidOf>,
     /// The node's mode for the role table; `None`: no role check (a private state socket,
     /// where the service itself limits what can be read).
     pub roles: Option<Arc<dyn Fn() -> NodeMode + Send + Sync>>,
@@ -36,6 +44,19 @@ impl Guard {
                 return Err(Status::permission_denied(format!("uid {uid} may not use this socket")));
             }
             None => return Err(Status::permission_denied("the caller's credentials are unknown")),
+        }
+        if let Some(pid_of) = &self.pid {
+            let peer = req.extensions().get::<UdsConnectInfo>().and_then(|c| c.peer_cred).and_then(|c| c.pid());
+            let own = pid_of();
+            match (peer, own) {
+                (Some(peer), Some(own)) if u32::try_from(peer).ok() == Some(own) => {}
+                (Some(peer), _) => {
+                    return Err(Status::permission_denied(format!(
+                        "process {peer} may not use this socket: only this node's own service may"
+                    )));
+                }
+                (None, _) => return Err(Status::permission_denied("the caller's process is unknown")),
+            }
         }
         if let Some(mode) = &self.roles {
             let roles = super::router::claimed_roles(req.headers());

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::machine_service::MachineApi;
 use super::node::Node;
-use super::server::{Guard, GuardLayer, bind};
+use super::server::{Guard, GuardLayer, PidOf, bind};
 use super::state_service::{Scope, StateService};
 use crate::cosi::{Registry, State};
 use crate::proto::cosi::resource::state_server::StateServer;
@@ -85,14 +85,35 @@ fn reachable_by(path: &Path, uid: u32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Binds all three sockets and serves them until `cancel`. Binding errors are returned before
-/// anything is served.
+/// The processes the sockets admit beyond their uid: this node's own apid and trustd, as
+/// its supervisor started them. `None`: any process of the uid (a test playing apid).
+#[derive(Clone, Default)]
+pub struct Peers {
+    pub apid: Option<PidOf>,
+    pub trustd: Option<PidOf>,
+}
+
+/// Binds all three sockets and serves them until `cancel`, admitting any process of the
+/// services' uids. Binding errors are returned before anything is served.
 pub async fn serve(
     node: Arc<dyn Node>,
     state: State,
     registry: Arc<Registry>,
     paths: &SocketPaths,
     uids: Uids,
+    cancel: CancellationToken,
+) -> std::io::Result<()> {
+    serve_for(node, state, registry, paths, uids, Peers::default(), cancel).await
+}
+
+/// [`serve`], admitting only `peers` on the sockets they are given for.
+pub async fn serve_for(
+    node: Arc<dyn Node>,
+    state: State,
+    registry: Arc<Registry>,
+    paths: &SocketPaths,
+    uids: Uids,
+    peers: Peers,
     cancel: CancellationToken,
 ) -> std::io::Result<()> {
     for p in [&paths.machine, &paths.apid_state, &paths.trustd_state] {
@@ -109,7 +130,8 @@ pub async fn serve(
     let trustd_state = bind(&paths.trustd_state, owner(uids.trustd))?;
 
     let mode_node = node.clone();
-    let machine_guard = Guard { uids: vec![uids.apid], roles: Some(Arc::new(move || mode_node.mode())) };
+    let machine_guard =
+        Guard { uids: vec![uids.apid], pid: peers.apid.clone(), roles: Some(Arc::new(move || mode_node.mode())) };
     let time = super::time_service::TimeApi::new(node.clone(), state.clone());
     let storage = super::storage_service::StorageApi::new(node.clone(), state.clone());
     let volumes = super::volume_service::VolumeApi::new(node.clone());
@@ -136,8 +158,8 @@ pub async fn serve(
             cancel.clone().cancelled_owned(),
         );
 
-    let private = |listener, uid: u32, types: &'static [&'static str]| {
-        let guard = Guard { uids: vec![uid], roles: None };
+    let private = |listener, uid: u32, pid: Option<PidOf>, types: &'static [&'static str]| {
+        let guard = Guard { uids: vec![uid], pid, roles: None };
         tonic::transport::Server::builder()
             .layer(GuardLayer(Arc::new(guard)))
             .add_service(StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::Only(types))))
@@ -146,8 +168,8 @@ pub async fn serve(
                 cancel.clone().cancelled_owned(),
             )
     };
-    let apid_server = private(apid_state, uids.apid, APID_STATE_TYPES);
-    let trustd_server = private(trustd_state, uids.trustd, TRUSTD_STATE_TYPES);
+    let apid_server = private(apid_state, uids.apid, peers.apid.clone(), APID_STATE_TYPES);
+    let trustd_server = private(trustd_state, uids.trustd, peers.trustd.clone(), TRUSTD_STATE_TYPES);
     let (a, b, c) = tokio::join!(machine_server, apid_server, trustd_server);
     for r in [a, b, c] {
         r.map_err(std::io::Error::other)?;

@@ -6,13 +6,11 @@
 //! allow-list of types decides, whatever the roles. Writes are not offered at all. Types are
 //! accepted by any registered name; an empty namespace means the type's default one.
 
-use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
-use tokio::sync::mpsc;
 use tonic::{Code, Request, Response, Status};
 
+use super::stream::{BoxStream, produce};
 use super::timestamp;
 use crate::cosi::{
     Access, AnyResource, Event, IdQuery, LabelOp, LabelQuery, LabelTerm, ListOptions, Registry, State, StateError,
@@ -134,12 +132,6 @@ fn list_options(labels: &[wire::LabelQuery], ids: Option<&wire::IdQuery>) -> Res
     Ok(ListOptions { labels, ids })
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
-
-fn channel_stream<T: Send + 'static>(rx: mpsc::Receiver<Result<T, Status>>) -> BoxStream<T> {
-    Box::pin(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) }))
-}
-
 fn event(kind: wire::EventType, resource: Option<&AnyResource>, old: Option<&AnyResource>) -> wire::Event {
     wire::Event {
         resource: resource.map(to_wire),
@@ -198,8 +190,9 @@ impl wire::state_server::State for StateService {
             }
         };
         let single = r.id.is_some();
-        let (tx, rx) = mpsc::channel(64);
-        tokio::spawn(async move {
+        // Raced against the client going: a watch of a resource nobody changes would
+        // otherwise wait here for ever.
+        Ok(Response::new(produce(64, move |tx| async move {
             use wire::EventType as T;
             loop {
                 let out = match watch.next().await {
@@ -231,7 +224,6 @@ impl wire::state_server::State for StateService {
                     return;
                 }
             }
-        });
-        Ok(Response::new(channel_stream(rx)))
+        })))
     }
 }

@@ -509,10 +509,17 @@ async fn serve(mode: &Mode, services: Vec<ServiceDefinition>) -> Result<PowerAct
         lifecycle,
     });
     let sockets = crate::api::sockets::SocketPaths::under(&mode.run_dir());
+    // The sockets admit this node's own apid and trustd by pid, not only by uid: in container
+    // mode the apids of every node on the host share uid 50.
+    let pid_of = |name: &'static str| -> crate::api::server::PidOf {
+        let supervisor = supervisor.clone();
+        Arc::new(move || supervisor.pid(name))
+    };
+    let peers = crate::api::sockets::Peers { apid: Some(pid_of("apid")), trustd: Some(pid_of("trustd")) };
     {
         let (state, registry, sockets, cancel) = (state.clone(), registry.clone(), sockets.clone(), cancel.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::api::sockets::serve(node, state, registry, &sockets, uids, cancel).await {
+            if let Err(e) = crate::api::sockets::serve_for(node, state, registry, &sockets, uids, peers, cancel).await {
                 console::line(&format!("machined: FAILED to serve the machine API: {e}"));
             }
         });

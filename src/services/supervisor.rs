@@ -133,6 +133,11 @@ impl Supervisor {
         self.lock().values().map(|e| e.snapshot.clone()).collect()
     }
 
+    /// The pid of service `name` while its process runs.
+    pub fn pid(&self, name: &str) -> Option<u32> {
+        self.lock().get(name).and_then(|e| e.snapshot.pid)
+    }
+
     pub fn service(&self, name: &str) -> Option<ServiceSnapshot> {
         self.lock().get(name).map(|e| e.snapshot.clone())
     }

@@ -8,6 +8,8 @@
 //! proxy 127.0.6.x, door 127.0.7.x, streams 127.0.9.x, trustd 127.0.10.x,
 //! container 127.0.11.x, yaml 127.0.12.x.
 
+mod container;
 mod harness;
 mod proxy;
 mod yaml;
+mod streams;
