@@ -9,3 +9,4 @@
 //! container 127.0.11.x, yaml 127.0.12.x.
 
 mod harness;
+mod trustd;
