@@ -289,7 +289,8 @@ mod tests {
         let reserved = ["cp-1".to_string(), "CP.Example.com".to_string()];
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         // (peer, IPs, DNS names, the SAN refused or None)
-        let table: &[(IpAddr, &[&str], &[&str], Option<&str>)] = &[
+        type Case<'a> = (IpAddr, &'a [&'a str], &'a [&'a str], Option<&'a str>);
+        let table: &[Case] = &[
             (peer, &[], &[], None),
             (peer, &["10.5.0.3"], &[], None),
             (peer, &["10.5.0.3"], &["worker-1", "worker-1.example.com", "w1.example.com."], None),
