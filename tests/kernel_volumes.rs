@@ -383,6 +383,13 @@ async fn volume_documents_become_partitions_mounts_and_swap_on_a_loop_disk() {
     assert_eq!(data_ids.get("PART_ENTRY_NAME").map(String::as_str), Some("u-data"));
     assert_eq!(on(8).get("TYPE").map(String::as_str), Some("ext4"));
     assert_eq!(on(2).get("UUID"), Some(&old_uuid), "the existing volume is never formatted");
+    // A volume formatted at this boot reports its filesystem's UUID at once, as blkid reads
+    // it, not only after a reboot's discovery; the existing one the UUID it was found with.
+    for (id, n) in [("STATE", 3), ("EPHEMERAL", 4), ("s-swap", 6), ("u-data", 7), ("u-logs", 8), ("e-old", 2)] {
+        let status = h.state().get::<VolumeStatus>(NAMESPACE, id).unwrap();
+        let want = on(n).get("UUID").cloned().unwrap_or_else(|| panic!("{id}: blkid found no UUID on {}", part(n)));
+        assert_eq!(status.spec().uuid, want, "{id}'s VolumeStatus uuid");
+    }
 
     // The mounts, as the kernel has them.
     let var = root.join("var");

@@ -7,6 +7,7 @@
 
 pub mod apid;
 pub mod apply;
+pub mod audit;
 pub mod authz;
 pub mod client_config;
 pub mod events;

@@ -1,6 +1,7 @@
 //! machined's three API sockets: the machine API that only apid reaches, and the read-only,
 //! filtered state sockets apid and trustd read their configuration and certificates from
-//! (Talos's `machine.sock`, `apid/runtime.sock`, `trustd/runtime.sock`).
+//! (Talos's `machine.sock`, `apid/runtime.sock`, `trustd/runtime.sock`); trustd's also takes
+//! its record of the certificates it signs (`audit`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -129,6 +130,7 @@ pub async fn serve_for(
     let apid_state = bind(&paths.apid_state, owner(uids.apid))?;
     let trustd_state = bind(&paths.trustd_state, owner(uids.trustd))?;
 
+    let audit = super::audit::server(node.events());
     let mode_node = node.clone();
     let machine_guard =
         Guard { uids: vec![uids.apid], pid: peers.apid.clone(), roles: Some(Arc::new(move || mode_node.mode())) };
@@ -160,9 +162,13 @@ pub async fn serve_for(
 
     let private = |listener, uid: u32, pid: Option<PidOf>, types: &'static [&'static str]| {
         let guard = Guard { uids: vec![uid], pid, roles: None };
+    // trustd's socket also takes its record of each certificate request (see `audit`).
+    let private = |listener, uid: u32, types: &'static [&'static str], audit| {
+        let guard = Guard { uids: vec![uid], roles: None };
         tonic::transport::Server::builder()
             .layer(GuardLayer(Arc::new(guard)))
             .add_service(StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::Only(types))))
+            .add_optional_service(audit)
             .serve_with_incoming_shutdown(
                 tokio_stream::wrappers::UnixListenerStream::new(listener),
                 cancel.clone().cancelled_owned(),
@@ -170,6 +176,8 @@ pub async fn serve_for(
     };
     let apid_server = private(apid_state, uids.apid, peers.apid.clone(), APID_STATE_TYPES);
     let trustd_server = private(trustd_state, uids.trustd, peers.trustd.clone(), TRUSTD_STATE_TYPES);
+    let apid_server = private(apid_state, uids.apid, APID_STATE_TYPES, None);
+    let trustd_server = private(trustd_state, uids.trustd, TRUSTD_STATE_TYPES, Some(audit));
     let (a, b, c) = tokio::join!(machine_server, apid_server, trustd_server);
     for r in [a, b, c] {
         r.map_err(std::io::Error::other)?;

@@ -3,25 +3,32 @@
 //! Authenticated by the machine token (gRPC metadata `token`, compared as SHA-256 digests in
 //! constant time), over server-side TLS. Whatever a request asks for, the certificate it gets
 //! is a server certificate: ServerAuth only, no Subject Organization (where roles live), so a
-//! worker can never mint itself a client identity. Its server certificate, the CA and the token
-//! come from resources it follows on its private state socket; a rotated certificate takes
-//! effect at the next handshake.
+//! worker can never mint itself a client identity. Its names are the requester's only: IP SANs
+//! the TCP peer's address, DNS SANs none of the control plane's ([`crate::pki::SanPolicy`]
+//! has the rule); a request asking for more is refused, naming the SAN and the peer, and a
+//! request with no known peer address is refused. Every request with a valid token is logged
+//! (peer, SANs, serial or reason) and recorded in machined's event log before its answer; a
+//! certificate that could not be recorded is not handed out. Its server certificate, the CA
+//! and the token come from resources it follows on its private state socket; a rotated
+//! certificate takes effect at the next handshake.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::Channel;
+use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Response, Status};
 
 use crate::pki::tls::{ClientAuth, ServerTls};
-use crate::pki::{CertificateAuthority, issue::NODE_CERT_VALIDITY};
+use crate::pki::{CertificateAuthority, CsrRequest, SanPolicy, SignError, issue::NODE_CERT_VALIDITY};
 use crate::proto::securityapi::{CertificateRequest, CertificateResponse, security_service_server as srv};
+use crate::proto::talosbox::trustd::{CertificateEvent, audit_client::AuditClient};
 use crate::resources::secrets::{self as sec, OsRoot, TrustdCertificates};
 
 #[derive(Debug, thiserror::Error)]
@@ -36,23 +43,64 @@ pub enum TrustdError {
     Tls(#[from] crate::pki::PkiError),
 }
 
-/// The signer: what it knows of the OS root right now.
+/// The signer: what it knows of the OS root and of its own names right now, and where it
+/// records what it did.
 pub struct Signer {
     root: RwLock<Option<OsRoot>>,
+    /// The DNS names of trustd's own certificate: the control plane's, never a worker's.
+    reserved: RwLock<Vec<String>>,
+    audit: AuditClient<Channel>,
 }
 
 impl Signer {
-    pub fn new(root: Option<OsRoot>) -> Self {
-        Signer { root: RwLock::new(root) }
+    pub fn new(root: Option<OsRoot>, audit: Channel) -> Self {
+        Signer { root: RwLock::new(root), reserved: RwLock::new(Vec::new()), audit: AuditClient::new(audit) }
     }
 
     pub fn set_root(&self, root: Option<OsRoot>) {
         *self.root.write().unwrap_or_else(|p| p.into_inner()) = root;
     }
 
+    /// The names no worker may have: the DNS SANs of `server` (trustd's certificate) and the
+    /// root's certSANs.
+    pub fn set_reserved(&self, server: Option<&str>) {
+        let mut names =
+            server.and_then(|crt| crate::pki::inspect_pem(crt).ok()).map(|i| i.dns_names).unwrap_or_default();
+        if let Some(root) = self.root() {
+            names.extend(root.cert_san_dns_names);
+        }
+        *self.reserved.write().unwrap_or_else(|p| p.into_inner()) = names;
+    }
+
     fn root(&self) -> Option<OsRoot> {
         self.root.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
+
+    fn reserved(&self) -> Vec<String> {
+        self.reserved.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Logs `event` and records it in machined's event log.
+    async fn record(&self, event: CertificateEvent) -> Result<(), Status> {
+        crate::kernel::console::log_line("trustd", &super::audit::describe(&event));
+        let mut audit = self.audit.clone();
+        match tokio::time::timeout(AUDIT_TIMEOUT, audit.record(event)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(s)) => Err(Status::unavailable(format!("recording the request in the event log: {}", s.message()))),
+            Err(_) => Err(Status::unavailable(format!(
+                "recording the request in the event log: no answer in {AUDIT_TIMEOUT:?}"
+            ))),
+        }
+    }
+}
+
+/// How long trustd waits for machined to record a request.
+const AUDIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A request's SANs as an event lists them: IPs, then `DNS:` names, then the rest.
+fn san_list(r: &CsrRequest) -> Vec<String> {
+    let ips = r.ips.iter().map(|ip| ip.to_string());
+    ips.chain(r.dns_names.iter().map(|n| format!("DNS:{n}"))).chain(r.other_sans.iter().cloned()).collect()
 }
 
 /// Whether `presented` is the machine token, without leaking where they differ.
@@ -72,14 +120,47 @@ impl srv::SecurityService for Arc<Signer> {
         if root.issuing_ca.key_pem.is_empty() {
             return Err(Status::failed_precondition("this node holds no OS CA key: only control planes sign"));
         }
-        let csr =
-            String::from_utf8(request.into_inner().csr).map_err(|_| Status::invalid_argument("csr: not PEM text"))?;
+        // Fail closed: a request whose peer is unknown cannot be given the peer's address.
+        let peer = request.remote_addr().ok_or_else(|| {
+            crate::kernel::console::log_line("trustd", "refused a request with no peer address");
+            Status::permission_denied("trustd does not know the address this request came from")
+        })?;
+        let mut event = CertificateEvent { peer: peer.to_string(), ..Default::default() };
+        let csr = String::from_utf8(request.into_inner().csr);
+        let parsed = csr
+            .map_err(|_| "csr: not PEM text".to_string())
+            .and_then(|csr| CsrRequest::parse(&csr).map_err(|e| format!("csr: {e}")));
+        let csr = match parsed {
+            Ok(csr) => csr,
+            Err(reason) => {
+                event.refused = reason.clone();
+                self.record(event).await?;
+                return Err(Status::invalid_argument(reason));
+            }
+        };
+        event.common_name = csr.common_name.clone().unwrap_or_default();
+        event.sans = san_list(&csr);
         let ca = CertificateAuthority::from_pem(&root.issuing_ca.crt_pem, &root.issuing_ca.key_pem)
             .map_err(|e| Status::internal(e.to_string()))?;
-        let crt = crate::pki::sign_csr_as_server(&ca, &csr, NODE_CERT_VALIDITY, SystemTime::now())
-            .map_err(|e| Status::invalid_argument(format!("csr: {e}")))?;
-        let cas: String = root.accepted_cas.iter().map(|c| c.crt.as_str()).collect();
-        Ok(Response::new(CertificateResponse { ca: cas.into_bytes(), crt: crt.into_bytes() }))
+        let policy = SanPolicy::new(peer.ip(), self.reserved());
+        match crate::pki::sign_csr_as_server(&ca, csr, &policy, NODE_CERT_VALIDITY, SystemTime::now()) {
+            Ok(issued) => {
+                event.serial = issued.serial.clone();
+                self.record(event).await?;
+                let cas: String = root.accepted_cas.iter().map(|c| c.crt.as_str()).collect();
+                Ok(Response::new(CertificateResponse { ca: cas.into_bytes(), crt: issued.crt_pem.into_bytes() }))
+            }
+            Err(SignError::Refused(r)) => {
+                event.refused = r.to_string();
+                self.record(event).await?;
+                Err(Status::permission_denied(r.to_string()))
+            }
+            Err(SignError::Pki(e)) => {
+                event.refused = format!("csr: {e}");
+                self.record(event).await?;
+                Err(Status::invalid_argument(format!("csr: {e}")))
+            }
+        }
     }
 }
 
@@ -91,13 +172,21 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
     let (certs_tx, mut certs_rx) = watch::channel::<Option<TrustdCertificates>>(None);
     let log = |m: &str| crate::kernel::console::log_line("trustd", m);
     tokio::spawn(super::follow::follow(channel.clone(), sec::NAMESPACE, OsRoot::ID, root_tx, cancel.clone(), log));
-    tokio::spawn(super::follow::follow(channel, sec::NAMESPACE, TrustdCertificates::ID, certs_tx, cancel.clone(), log));
+    tokio::spawn(super::follow::follow(
+        channel.clone(),
+        sec::NAMESPACE,
+        TrustdCertificates::ID,
+        certs_tx,
+        cancel.clone(),
+        log,
+    ));
 
-    let signer = Arc::new(Signer::new(None));
+    let signer = Arc::new(Signer::new(None, channel));
     let mut tls: Option<ServerTls> = None;
     loop {
         signer.set_root(root_rx.borrow_and_update().clone());
         let certs = certs_rx.borrow_and_update().clone();
+        signer.set_reserved(certs.as_ref().map(|c| c.server.crt_pem.as_str()));
         match (&tls, certs) {
             (None, Some(certs)) => {
                 let server = ServerTls::new(&certs.server, &[] as &[&str], ClientAuth::None)?;
@@ -148,7 +237,13 @@ async fn accept(
             },
         };
         let acceptor = acceptor.clone();
+        // Each request learns the connection's addresses, as tonic's own server tells them.
+        let info = TcpConnectInfo { local_addr: tcp.local_addr().ok(), remote_addr: Some(peer) };
         let service = service.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(info.clone());
+            tower::Service::call(&mut service.clone(), req)
+        });
         tokio::spawn(async move {
             let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
                 Ok(Ok(s)) => s,
@@ -161,7 +256,7 @@ async fn accept(
                 Err(_) => return,
             };
             let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service))
+                .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
     }

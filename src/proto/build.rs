@@ -33,8 +33,8 @@ const PROTO_FILES: &[&str] = &[
 ];
 
 /// Protocols this program speaks outside the API (no descriptor set, no authorization table):
-/// the KMS of `kms` disk encryption keys.
-const OTHER_PROTO_FILES: &[&str] = &["kms/kms.proto"];
+/// the KMS of `kms` disk encryption keys, and trustd's record of what it signed, to machined.
+const OTHER_PROTO_FILES: &[&str] = &["kms/kms.proto", "talosbox/trustd/audit.proto"];
 
 /// The encoded `FileDescriptorSet`, in `OUT_DIR`; `proto::FILE_DESCRIPTOR_SET` embeds it.
 const DESCRIPTOR_SET_FILE: &str = "talosbox_api_descriptor_set.bin";

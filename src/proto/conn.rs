@@ -58,6 +58,25 @@ struct TlsConnector {
     host: String,
     port: u16,
     tls: Arc<rustls::ClientConfig>,
+    /// The local address to connect from; the kernel's choice when `None`.
+    source: Option<std::net::IpAddr>,
+}
+
+/// A TCP connection to `host:port` from `source`: the first of the host's addresses of
+/// `source`'s family.
+async fn connect_from(host: &str, port: u16, source: std::net::IpAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let target =
+        tokio::net::lookup_host((host, port)).await?.find(|a| a.is_ipv4() == source.is_ipv4()).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::AddrNotAvailable,
+                format!("{host} has no address of {source}'s family"),
+            )
+        })?;
+    let socket = if source.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket
+        .bind(std::net::SocketAddr::new(source, 0))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("binding the source address {source}: {e}")))?;
+    socket.connect(target).await
 }
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = Result<T, std::io::Error>> + Send>>;
@@ -76,7 +95,10 @@ impl tower::Service<Uri> for TlsConnector {
         Box::pin(async move {
             let name = ServerName::try_from(me.host.clone())
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("server name: {e}")))?;
-            let tcp = tokio::net::TcpStream::connect((me.host.as_str(), me.port)).await?;
+            let tcp = match me.source {
+                Some(source) => connect_from(&me.host, me.port, source).await?,
+                None => tokio::net::TcpStream::connect((me.host.as_str(), me.port)).await?,
+            };
             tcp.set_nodelay(true)?;
             let tls = tokio_rustls::TlsConnector::from(me.tls).connect(name, tcp).await?;
             Ok(TokioIo::new(tls))
@@ -110,10 +132,21 @@ fn endpoint_for(uri: &str, what: &str) -> Result<Endpoint, DialError> {
 
 /// A channel to `endpoint` over TLS, connected now (so a refusal is reported here).
 pub async fn dial(endpoint: &str, default_port: u16, tls: Arc<rustls::ClientConfig>) -> Result<Channel, DialError> {
+    dial_from(endpoint, default_port, tls, None).await
+}
+
+/// [`dial`], from the local address `source` when given (what a worker asking trustd for a
+/// certificate for that address does, since trustd signs only the address it sees).
+pub async fn dial_from(
+    endpoint: &str,
+    default_port: u16,
+    tls: Arc<rustls::ClientConfig>,
+    source: Option<std::net::IpAddr>,
+) -> Result<Channel, DialError> {
     let (host, port) = split_endpoint(endpoint, default_port)?;
     let shown = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
     let ep = endpoint_for(&format!("http://{shown}"), &shown)?;
-    ep.connect_with_connector(TlsConnector { host, port, tls })
+    ep.connect_with_connector(TlsConnector { host, port, tls, source })
         .await
         .map_err(|source| DialError::Connect { endpoint: shown, source })
 }

@@ -59,6 +59,11 @@ pub mod talosbox {
     pub mod lifecycle {
         include!(concat!(env!("OUT_DIR"), "/talosbox.lifecycle.rs"));
     }
+    /// trustd's record of each certificate request it decided on, sent to machined on its
+    /// private state socket. Not part of the API (outside [`FILE_DESCRIPTOR_SET`]).
+    pub mod trustd {
+        include!(concat!(env!("OUT_DIR"), "/talosbox.trustd.rs"));
+    }
 }
 
 /// `cosi.resource`: the resource wire format and the read-only `State` service.

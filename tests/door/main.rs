@@ -13,3 +13,4 @@ mod harness;
 mod proxy;
 mod yaml;
 mod streams;
+mod trustd;

@@ -56,6 +56,11 @@ fn describe(event: &m::Event) -> (String, String) {
         "machine.ConfigValidationErrorEvent" => {
             m::ConfigValidationErrorEvent::decode(any.value.as_slice()).map(|e| e.error).unwrap_or_default()
         }
+        "talosbox.trustd.CertificateEvent" => {
+            crate::proto::talosbox::trustd::CertificateEvent::decode(any.value.as_slice())
+                .map(|e| crate::api::audit::describe(&e))
+                .unwrap_or_default()
+        }
         _ => String::new(),
     };
     (short, text)

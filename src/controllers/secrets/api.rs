@@ -6,11 +6,15 @@
 //!   certificate (what it forwards to other nodes with).
 //! - Worker: a CSR goes to trustd on the control plane endpoint, authenticated by the machine
 //!   token; what comes back is a server certificate only, and there is no client certificate,
-//!   so a worker's apid cannot forward.
+//!   so a worker's apid cannot forward. trustd signs one IP, the address the request comes
+//!   from, so the worker asks for the address it dials from (see [`source_towards`]) and its
+//!   DNS names; names trustd refuses (the control plane's own, as a default hostname may be)
+//!   are dropped in a second request, and the certificate then has the IP alone.
 //!
 //! Certificates are kept while their SANs and issuer still fit, and renewed at half life.
 
 use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::SystemTime;
 
 use super::{TRUSTD_PORT, renew_at, until};
@@ -49,6 +53,46 @@ fn server(ca: &CertificateAuthority, sans: &CertSans, now: SystemTime) -> Result
     )
 }
 
+/// Whether a worker's `crt` still serves: issued by `ca`, for one of the node's addresses (or
+/// any, while they are not known) and no other IP, with no DNS name beyond the node's, not yet due.
+fn worker_still_good(crt: &str, ca: &str, sans: &CertSans, now: SystemTime) -> bool {
+    let (Ok(leaf), Ok(ca)) = (pki::inspect_pem(crt), pki::inspect_pem(ca)) else { return false };
+    let ip_ok = match leaf.ip_addresses.as_slice() {
+        [ip] => sans.ips.is_empty() || sans.ips.contains(ip),
+        _ => false,
+    };
+    leaf.is_signed_by(&ca)
+        && ip_ok
+        && leaf.dns_names.iter().all(|n| sans.dns_names.contains(n))
+        && !leaf.renewal_due(now)
+}
+
+/// The address a worker asks trustd's certificate for and dials trustd from, and whether it
+/// must bind it: trustd signs only the address it sees the request come from. That is the
+/// kernel's source address towards `host` when it is one of the node's addresses `own` (or
+/// `own` is empty: not known yet); otherwise the first of `own` of the same family, bound
+/// (container mode, nodes on loopback addresses, where the kernel would pick 127.0.0.1).
+async fn source_towards(host: &str, own: &[IpAddr]) -> Result<(IpAddr, bool), String> {
+    let target = tokio::net::lookup_host((host, TRUSTD_PORT))
+        .await
+        .map_err(|e| format!("resolving trustd's host {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("trustd's host {host} has no address"))?;
+    let unspecified: IpAddr =
+        if target.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+    // A connected UDP socket sends nothing: it only asks the routing table for the source.
+    let udp = tokio::net::UdpSocket::bind((unspecified, 0)).await.map_err(|e| format!("a UDP socket: {e}"))?;
+    udp.connect(target).await.map_err(|e| format!("no route to trustd at {target}: {e}"))?;
+    let routed = udp.local_addr().map_err(|e| format!("the source towards {target}: {e}"))?.ip();
+    if own.is_empty() || own.contains(&routed) {
+        return Ok((routed, false));
+    }
+    own.iter()
+        .find(|ip| ip.is_ipv4() == target.is_ipv4())
+        .map(|ip| (*ip, true))
+        .ok_or_else(|| format!("none of this node's addresses {own:?} is of the family of trustd's {target}"))
+}
+
 /// A worker's certificate, signed by trustd at `endpoint`.
 async fn from_trustd(
     endpoint: &str,
@@ -57,19 +101,28 @@ async fn from_trustd(
     sans: &CertSans,
 ) -> Result<CertAndKey, ReconcileError> {
     use crate::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
-    let csr = pki::generate_csr(&sans.fqdn, &sans.ips, &sans.dns_names, None)?;
+    let (source, bind) = source_towards(endpoint, &sans.ips).await?;
     let tls = pki::tls::client_config(cas, None)?;
-    let channel = crate::proto::conn::dial(endpoint, TRUSTD_PORT, tls).await?;
-    let mut request = tonic::Request::new(CertificateRequest { csr: csr.csr_pem.into_bytes() });
-    request.metadata_mut().insert("token", token.parse().map_err(|_| "the machine token is not valid metadata")?);
-    let reply = SecurityServiceClient::new(channel)
-        .certificate(request)
-        .await
-        .map_err(|s| format!("trustd at {endpoint}: {}: {}", s.code(), s.message()))?
-        .into_inner();
-    let crt =
-        String::from_utf8(reply.crt).map_err(|_| format!("trustd at {endpoint} sent a certificate that is not PEM"))?;
-    Ok(CertAndKey { crt_pem: crt, key_pem: csr.key_pem })
+    let channel = crate::proto::conn::dial_from(endpoint, TRUSTD_PORT, tls, bind.then_some(source)).await?;
+    let mut names = sans.dns_names.clone();
+    loop {
+        let csr = pki::generate_csr(&sans.fqdn, &[source], &names, None)?;
+        let mut request = tonic::Request::new(CertificateRequest { csr: csr.csr_pem.into_bytes() });
+        request.metadata_mut().insert("token", token.parse().map_err(|_| "the machine token is not valid metadata")?);
+        let reply = match SecurityServiceClient::new(channel.clone()).certificate(request).await {
+            Ok(reply) => reply.into_inner(),
+            // A name trustd will not sign for a worker: the certificate is the address alone.
+            Err(s) if s.code() == tonic::Code::PermissionDenied && !names.is_empty() => {
+                tracing::warn!("trustd at {endpoint} refused this node's names {names:?}: {}", s.message());
+                names.clear();
+                continue;
+            }
+            Err(s) => return Err(format!("trustd at {endpoint}: {}: {}", s.code(), s.message()).into()),
+        };
+        let crt = String::from_utf8(reply.crt)
+            .map_err(|_| format!("trustd at {endpoint} sent a certificate that is not PEM"))?;
+        return Ok(CertAndKey { crt_pem: crt, key_pem: csr.key_pem });
+    }
 }
 
 #[async_trait::async_trait]
@@ -148,8 +201,11 @@ impl Controller for ApiCertController {
             .get::<MachineTypeSpec>(cfg::NAMESPACE, crate::resources::config::MachineType::ID)?
             .is_some_and(|t| t.spec().machine_type.is_control_plane());
         let ca_pem = root.issuing_ca.crt_pem.clone();
-        let current =
-            current.filter(|c| !c.skip_verifying_client_cert && still_good(&c.server.crt_pem, &ca_pem, &sans, now));
+        let fits = |crt: &str| match control_plane {
+            true => still_good(crt, &ca_pem, &sans, now),
+            false => worker_still_good(crt, &ca_pem, &sans, now),
+        };
+        let current = current.filter(|c| !c.skip_verifying_client_cert && fits(&c.server.crt_pem));
 
         let certs = if control_plane {
             if root.issuing_ca.key_pem.is_empty() {

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::step::advance;
 use super::{Found, StepError, VolumeManagerController, probe_name};
 use crate::block::format as mkfs;
+use crate::block::probe;
 use crate::cosi::Context;
 use crate::resources::block::{FilesystemType, VolumeConfig, VolumePhase, VolumeStatus};
 use crate::services::Reaper;
@@ -107,9 +108,9 @@ impl VolumeManagerController {
         let mounted = !config.mount.target_path.is_empty();
         // The label Talos gives: the system volumes' own, none for the documents' volumes.
         let label = config.provisioning.filesystem_spec.label.clone();
-        match plan(wanted, &found, mounted, &status.mount_location)? {
-            Plan::Ready(None) => Ok(advance(status, VolumePhase::Ready)),
-            Plan::Ready(Some(filesystem)) => Ok(VolumeStatus { filesystem, ..advance(status, VolumePhase::Ready) }),
+        let made = match plan(wanted, &found, mounted, &status.mount_location)? {
+            Plan::Ready(None) => Made::Nothing(None),
+            Plan::Ready(Some(filesystem)) => Made::Nothing(Some(filesystem)),
             Plan::Swap => {
                 let (at, size, name) = (device.clone(), status.size, label.clone());
                 ctx.blocking("writing a swap header", move || write_swap(&at, size, &name))
@@ -117,7 +118,7 @@ impl VolumeManagerController {
                     .map_err(|e| StepError::failed(format!("making swap on {}: {e}", device.display())))?;
                 crate::kernel::console::line(&format!("volume {id}: made a swap area on {}", status.mount_location));
                 self.refresh += 1;
-                Ok(advance(status, VolumePhase::Ready))
+                Made::Filesystem
             }
             Plan::Mkfs { over_unfinished } => {
                 // The size of what is formatted: an opened LUKS2 volume is its partition less
@@ -140,9 +141,54 @@ impl VolumeManagerController {
                 ));
                 run(self.reaper.clone(), &cmd).await.map_err(StepError::failed)?;
                 self.refresh += 1;
-                Ok(advance(status, VolumePhase::Ready))
+                Made::Filesystem
             }
-        }
+        };
+        // The uuid discovery will find at the next boot, now: what the located device holds
+        // (the filesystem, or the LUKS container around it). A probe that fails is retried;
+        // the retry finds the filesystem made and keeps it.
+        let probed = if made.needs_probe(status) {
+            let at = PathBuf::from(&status.location);
+            let found = ctx.blocking("probing a formatted volume", move || probe::probe_path(&at, 512)).await?;
+            let found =
+                found.map_err(|e| StepError::again(format!("probing {} after formatting: {e}", status.location)))?;
+            found.and_then(|f| f.uuid)
+        } else {
+            None
+        };
+        Ok(ready(status, &made, probed))
+    }
+}
+
+/// What the format step did to a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Made {
+    /// Nothing: it is kept as it is; with the filesystem found when the node does not format it.
+    Nothing(Option<FilesystemType>),
+    /// A filesystem or swap area, fresh.
+    Filesystem,
+}
+
+impl Made {
+    /// Whether the uuid must be read again: a fresh filesystem has a new one, and a kept one
+    /// whose status has none (its first probe failed after the format) has it read now.
+    fn needs_probe(&self, status: &VolumeStatus) -> bool {
+        *self == Made::Filesystem || status.uuid.is_empty()
+    }
+}
+
+/// The status a volume is ready with: a fresh filesystem's uuid is `probed`, a kept one keeps
+/// the uuid it was located with unless it had none.
+fn ready(status: &VolumeStatus, made: &Made, probed: Option<String>) -> VolumeStatus {
+    let uuid = match made {
+        Made::Filesystem => probed.unwrap_or_default(),
+        Made::Nothing(_) if status.uuid.is_empty() => probed.unwrap_or_default(),
+        Made::Nothing(_) => status.uuid.clone(),
+    };
+    let ready = VolumeStatus { uuid, ..advance(status, VolumePhase::Ready) };
+    match made {
+        Made::Nothing(Some(filesystem)) => VolumeStatus { filesystem: *filesystem, ..ready },
+        _ => ready,
     }
 }
 
@@ -177,6 +223,74 @@ fn write_swap(device: &Path, size: u64, label: &str) -> Result<(), String> {
 mod tests {
     use super::*;
     use FilesystemType as F;
+
+    fn located(uuid: &str) -> VolumeStatus {
+        VolumeStatus {
+            phase: VolumePhase::Located,
+            uuid: uuid.into(),
+            location: "/dev/vdb1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_formatted_volume_is_ready_with_its_new_uuid() {
+        let fresh = Some("5b1e6a4c-0000-4000-8000-000000000001".to_string());
+        // (what the step did, the uuid located, the uuid probed after it, the uuid ready)
+        let cases = [
+            (Made::Filesystem, "", fresh.clone(), fresh.as_deref().unwrap_or_default()),
+            (Made::Filesystem, "0ld5-wap0", fresh.clone(), fresh.as_deref().unwrap_or_default()),
+            (Made::Filesystem, "0ld5-wap0", None, ""),
+            (Made::Nothing(None), "kept-uuid", fresh.clone(), "kept-uuid"),
+            (Made::Nothing(None), "", fresh.clone(), fresh.as_deref().unwrap_or_default()),
+            (Made::Nothing(Some(F::Xfs)), "kept-uuid", None, "kept-uuid"),
+        ];
+        for (made, was, probed, want) in cases {
+            let got = ready(&located(was), &made, probed.clone());
+            assert_eq!(
+                (got.phase, got.uuid.as_str()),
+                (VolumePhase::Ready, want),
+                "{made:?} located {was:?}, probed {probed:?}"
+            );
+        }
+        assert_eq!(ready(&located("u"), &Made::Nothing(Some(F::Xfs)), None).filesystem, F::Xfs);
+        assert!(Made::Filesystem.needs_probe(&located("old")));
+        assert!(Made::Nothing(None).needs_probe(&located("")));
+        assert!(!Made::Nothing(None).needs_probe(&located("kept")));
+    }
+
+    /// What blkid says `image`'s UUID is.
+    fn blkid_uuid(image: &Path) -> String {
+        let out =
+            std::process::Command::new("blkid").args(["-p", "-o", "value", "-s", "UUID"]).arg(image).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    #[test]
+    fn the_uuid_probed_after_a_format_is_blkids() {
+        let dir = tempfile::tempdir().unwrap();
+        for fs in [F::Xfs, F::Ext4, F::Swap] {
+            let image = dir.path().join(format!("{}.img", fs.fstype()));
+            let size = 64 << 20;
+            std::fs::File::create(&image).unwrap().set_len(size).unwrap();
+            if fs == F::Swap {
+                write_swap(&image, size, "s-swap").unwrap();
+            } else {
+                let cmd = mkfs::mkfs("", fs, &image.display().to_string(), "", size).unwrap();
+                let out = std::process::Command::new(&cmd.program)
+                    .args(&cmd.args)
+                    .envs(cmd.env.iter().map(|(k, v)| (k, v)))
+                    .output()
+                    .unwrap();
+                assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            let probed = probe::probe_path(&image, 512).unwrap().and_then(|f| f.uuid);
+            let status = ready(&located(""), &Made::Filesystem, probed);
+            let want = blkid_uuid(&image);
+            assert!(!want.is_empty(), "blkid found no UUID on the {fs:?} image");
+            assert_eq!(status.uuid, want, "{fs:?}");
+        }
+    }
 
     fn found(name: &str, unfinished: bool) -> Found {
         Found { name: name.into(), unfinished }
