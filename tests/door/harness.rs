@@ -136,7 +136,8 @@ fn status_field(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines().find_map(|l| l.strip_prefix(field).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
+            s.lines()
+                .find_map(|l| l.strip_prefix(field).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()))
         })
         .unwrap_or(0)
 }
@@ -277,7 +278,12 @@ impl Cluster {
 }
 
 /// A gRPC channel to `endpoint:port` over TLS, with `identity` as the client certificate.
-pub async fn channel(endpoint: &str, port: u16, ca_pem: &str, identity: Option<&CertAndKey>) -> tonic::transport::Channel {
+pub async fn channel(
+    endpoint: &str,
+    port: u16,
+    ca_pem: &str,
+    identity: Option<&CertAndKey>,
+) -> tonic::transport::Channel {
     let tls = pki::tls::client_config(&[ca_pem], identity).unwrap();
     talosbox::client::conn::dial(endpoint, port, tls).await.unwrap()
 }
