@@ -296,6 +296,7 @@ fn main() {
             .spawn()
             .expect("machined")
     };
+    eprintln!("door bench: starting a control plane at {CP} and a worker at {WORKER}");
     let nodes = Nodes(vec![start("cp", CP), start("worker", WORKER)]);
     until("maintenance on both nodes", Duration::from_secs(30), || {
         talosctl(&dir, &["-e", CP, "--insecure", "version"]) && talosctl(&dir, &["-e", WORKER, "--insecure", "version"])
@@ -336,10 +337,15 @@ fn main() {
     rt.block_on(async move {
         // Warm every path, then the figures before the floods.
         let record: Record = Default::default();
+        eprintln!("door bench: the cluster is up; warming every call");
         for identity in [&admin, &operator, &reader] {
             let channel = dial(&ca, Some(identity)).await.expect("dial");
             for kind in ["version", "version via cp", "get", "watch", "logs"] {
-                let _ = legitimate(&channel, kind).await;
+                match tokio::time::timeout(CALL_TIMEOUT, legitimate(&channel, kind)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => eprintln!("door bench: warming {kind}: {e}"),
+                    Err(_) => eprintln!("door bench: warming {kind}: no answer within {CALL_TIMEOUT:?}"),
+                }
             }
         }
         tokio::time::sleep(Duration::from_secs(3)).await;
@@ -550,6 +556,7 @@ fn main() {
             }));
         }
 
+        eprintln!("door bench: floods and legitimate load running for {secs} s");
         let mut next = Instant::now() + Duration::from_secs(60);
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_secs(1)).await;
