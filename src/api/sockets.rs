@@ -160,11 +160,9 @@ pub async fn serve_for(
             cancel.clone().cancelled_owned(),
         );
 
-    let private = |listener, uid: u32, pid: Option<PidOf>, types: &'static [&'static str]| {
-        let guard = Guard { uids: vec![uid], pid, roles: None };
     // trustd's socket also takes its record of each certificate request (see `audit`).
-    let private = |listener, uid: u32, types: &'static [&'static str], audit| {
-        let guard = Guard { uids: vec![uid], roles: None };
+    let private = |listener, uid: u32, pid: Option<PidOf>, types: &'static [&'static str], audit| {
+        let guard = Guard { uids: vec![uid], pid, roles: None };
         tonic::transport::Server::builder()
             .layer(GuardLayer(Arc::new(guard)))
             .add_service(StateServer::new(StateService::new(state.clone(), registry.clone(), Scope::Only(types))))
@@ -174,10 +172,8 @@ pub async fn serve_for(
                 cancel.clone().cancelled_owned(),
             )
     };
-    let apid_server = private(apid_state, uids.apid, peers.apid.clone(), APID_STATE_TYPES);
-    let trustd_server = private(trustd_state, uids.trustd, peers.trustd.clone(), TRUSTD_STATE_TYPES);
-    let apid_server = private(apid_state, uids.apid, APID_STATE_TYPES, None);
-    let trustd_server = private(trustd_state, uids.trustd, TRUSTD_STATE_TYPES, Some(audit));
+    let apid_server = private(apid_state, uids.apid, peers.apid.clone(), APID_STATE_TYPES, None);
+    let trustd_server = private(trustd_state, uids.trustd, peers.trustd.clone(), TRUSTD_STATE_TYPES, Some(audit));
     let (a, b, c) = tokio::join!(machine_server, apid_server, trustd_server);
     for r in [a, b, c] {
         r.map_err(std::io::Error::other)?;

@@ -11,6 +11,6 @@
 mod container;
 mod harness;
 mod proxy;
-mod yaml;
 mod streams;
 mod trustd;
+mod yaml;
