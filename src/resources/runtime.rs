@@ -575,3 +575,63 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod sensitive_meta_keys {
+    use std::sync::Arc;
+
+    use super::{MetaKey, NAMESPACE};
+    use crate::cosi::Resource;
+    use crate::cosi::State;
+    use crate::cosi::query::{ListOptions, WatchOptions};
+    use crate::cosi::view::{Access, StateView};
+    use crate::cosi::watch::Event;
+    use crate::cosi::watch::Watch;
+
+    const TYPE: &str = "MetaKeys.runtime.talos.dev";
+
+    fn key(state: &State, id: &str, value: &str) {
+        state.create(Resource::new(NAMESPACE, id, MetaKey { value: value.into() }), "").unwrap();
+    }
+
+    fn ids(watch: &mut Watch) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(Ok(e)) = watch.try_next() {
+            match e {
+                Event::Bootstrapped => out.push("bootstrapped".into()),
+                e => out.extend(e.resource().map(|r| r.metadata.id.clone())),
+            }
+        }
+        out
+    }
+
+    /// A reader never sees a META key whose tag may hold a secret: get and single watch are
+    /// refused, lists and kind watches (snapshot and live) leave it out; an admin sees all.
+    #[test]
+    fn sensitive_ids_of_a_readable_type_are_for_admins_only() {
+        let state = State::in_memory();
+        let registry = Arc::new(crate::resources::registry().unwrap());
+        key(&state, "0x09", "passphrase");
+        key(&state, "0x0a", "network");
+        let reader = StateView::new(state.clone(), registry.clone(), Access::for_roles(&["os:reader"]));
+        let admin = StateView::new(state.clone(), registry, Access::for_roles(&["os:admin"]));
+
+        let err = reader.get(NAMESPACE, TYPE, "0x09").unwrap_err();
+        assert_eq!(err.to_string(), "MetaKeys.runtime.talos.dev 0x09 is sensitive: reading it needs the os:admin role");
+        assert!(reader.watch(NAMESPACE, TYPE, "0x0c").is_err(), "not there yet, refused all the same");
+        assert!(reader.get(NAMESPACE, TYPE, "0x0a").is_ok());
+        assert!(admin.get(NAMESPACE, TYPE, "0x09").is_ok());
+        let listed = |v: &StateView| -> Vec<String> {
+            v.list(NAMESPACE, TYPE, &ListOptions::default()).unwrap().iter().map(|r| r.metadata.id.clone()).collect()
+        };
+        assert_eq!(listed(&reader), ["0x0a"]);
+        assert_eq!(listed(&admin), ["0x09", "0x0a"]);
+
+        let mut seen = reader.watch_kind(NAMESPACE, TYPE, &WatchOptions::default()).unwrap();
+        let mut all = admin.watch_kind(NAMESPACE, TYPE, &WatchOptions::default()).unwrap();
+        key(&state, "0x0c", "user secret");
+        key(&state, "0x0f", "uuid");
+        assert_eq!(ids(&mut seen), ["0x0a", "bootstrapped", "0x0f"]);
+        assert_eq!(ids(&mut all), ["0x09", "0x0a", "bootstrapped", "0x0c", "0x0f"]);
+    }
+}
