@@ -71,7 +71,10 @@ pub fn generate_csr(
 ///   an IPv4-mapped IPv6 peer is its IPv4 address). A worker asks for the address it dials
 ///   trustd from, which is the one the control plane and clients reach its apid at. Any other
 ///   IP, the control plane's above all, is refused: that is the certificate a fake apid would
-///   need to be taken for another node.
+///   need to be taken for another node. The one exception is `127.0.0.1` and `::1`
+///   ([`local_only`]): they name no node on any network, only the machine a client runs on,
+///   and a client reaches a node there only through a port its own machine forwards (as
+///   `talosctl cluster create` does, listing `127.0.0.1` in every node's certSANs).
 /// - **DNS SANs**: trustd cannot check a name, so it refuses those it knows belong to someone
 ///   else and those that would match anything: the names the control plane itself is known by
 ///   (`reserved_names`: the DNS SANs of trustd's own certificate, i.e. the control plane's
@@ -106,6 +109,16 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Whether `ip` is `127.0.0.1` or `::1`: an address that names no node on any network, only the
+/// machine a client runs on (see [`SanPolicy`]). Other loopback addresses are not: nodes run as
+/// processes on a host use them as their own.
+pub fn local_only(ip: IpAddr) -> bool {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => v4 == std::net::Ipv4Addr::LOCALHOST,
+        IpAddr::V6(v6) => v6 == std::net::Ipv6Addr::LOCALHOST,
+    }
+}
+
 /// Whether `name` is a plain DNS hostname (no wildcard, no IP literal).
 fn is_hostname(name: &str) -> bool {
     let labels_ok = name.split('.').all(|l| {
@@ -132,7 +145,7 @@ impl SanPolicy {
     pub fn check(&self, request: &CsrRequest) -> Result<(), SanRefusal> {
         let refuse = |san: String, reason: &str| SanRefusal { san, peer: self.peer, reason: reason.to_string() };
         for ip in &request.ips {
-            if canonical_ip(*ip) != self.peer {
+            if canonical_ip(*ip) != self.peer && !local_only(*ip) {
                 return Err(refuse(ip.to_string(), "an IP SAN must be the address the request comes from"));
             }
         }
@@ -301,7 +314,8 @@ mod tests {
             (peer, &["10.5.0.3", "10.5.0.2"], &[], Some("10.5.0.2")),
             (peer, &["fd00::3"], &[], Some("fd00::3")),
             (ip("::ffff:10.5.0.2"), &["10.5.0.3"], &[], Some("10.5.0.3")),
-            (peer, &["127.0.0.1"], &[], Some("127.0.0.1")),
+            (peer, &["10.5.0.3", "127.0.0.1", "::1"], &[], None),
+            (peer, &["127.0.0.2"], &[], Some("127.0.0.2")),
             (peer, &[], &["cp-1"], Some("DNS:cp-1")),
             (peer, &[], &["cp.example.COM"], Some("DNS:cp.example.COM")),
             (peer, &[], &["cp.example.com."], Some("DNS:cp.example.com.")),

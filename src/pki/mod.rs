@@ -22,7 +22,9 @@ pub mod tls;
 
 pub use bundle::SecretsBundle;
 pub use ca::CertificateAuthority;
-pub use csr::{CsrRequest, Issued, NodeCsr, SanPolicy, SanRefusal, SignError, generate_csr, sign_csr_as_server};
+pub use csr::{
+    CsrRequest, Issued, NodeCsr, SanPolicy, SanRefusal, SignError, generate_csr, local_only, sign_csr_as_server,
+};
 pub use inspect::{CertificateInfo, ExtKeyUsage, inspect_der, inspect_pem};
 pub use issue::{CertAndKey, Validity, issue_client, issue_server};
 pub use key::{KeyAlgorithm, PrivateKey};

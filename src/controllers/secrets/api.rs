@@ -6,9 +6,9 @@
 //!   certificate (what it forwards to other nodes with).
 //! - Worker: a CSR goes to trustd on the control plane endpoint, authenticated by the machine
 //!   token; what comes back is a server certificate only, and there is no client certificate,
-//!   so a worker's apid cannot forward. trustd signs one IP, the address the request comes
-//!   from, so the worker asks for the address it dials from (see [`source_towards`]) and its
-//!   DNS names; names trustd refuses (the control plane's own, as a default hostname may be)
+//!   so a worker's apid cannot forward. trustd signs one node IP, the address the request comes
+//!   from (and the local-only `127.0.0.1`/`::1` of certSANs), so the worker asks for the
+//!   address it dials from (see [`source_towards`]) and its DNS names; names trustd refuses (the control plane's own, as a default hostname may be)
 //!   are dropped in a second request, and the certificate then has the IP alone.
 //!
 //! Certificates are kept while their SANs and issuer still fit, and renewed at half life.
@@ -57,10 +57,11 @@ fn server(ca: &CertificateAuthority, sans: &CertSans, now: SystemTime) -> Result
 /// any, while they are not known) and no other IP, with no DNS name beyond the node's, not yet due.
 fn worker_still_good(crt: &str, ca: &str, sans: &CertSans, now: SystemTime) -> bool {
     let (Ok(leaf), Ok(ca)) = (pki::inspect_pem(crt), pki::inspect_pem(ca)) else { return false };
-    let ip_ok = match leaf.ip_addresses.as_slice() {
+    let node_ips: Vec<&IpAddr> = leaf.ip_addresses.iter().filter(|ip| !pki::local_only(**ip)).collect();
+    let ip_ok = match node_ips.as_slice() {
         [ip] => sans.ips.is_empty() || sans.ips.contains(ip),
         _ => false,
-    };
+    } && leaf.ip_addresses.iter().all(|ip| !pki::local_only(*ip) || sans.ips.contains(ip));
     leaf.is_signed_by(&ca)
         && ip_ok
         && leaf.dns_names.iter().all(|n| sans.dns_names.contains(n))
@@ -101,12 +102,17 @@ async fn from_trustd(
     sans: &CertSans,
 ) -> Result<CertAndKey, ReconcileError> {
     use crate::proto::securityapi::{CertificateRequest, security_service_client::SecurityServiceClient};
-    let (source, bind) = source_towards(endpoint, &sans.ips).await?;
+    let own: Vec<IpAddr> = sans.ips.iter().copied().filter(|ip| !pki::local_only(*ip)).collect();
+    let (source, bind) = source_towards(endpoint, &own).await?;
     let tls = pki::tls::client_config(cas, None)?;
     let channel = crate::proto::conn::dial_from(endpoint, TRUSTD_PORT, tls, bind.then_some(source)).await?;
     let mut names = sans.dns_names.clone();
     loop {
-        let csr = pki::generate_csr(&sans.fqdn, &[source], &names, None)?;
+        // The address trustd sees, and the local-only ones the config lists (a node reached
+        // through a port its client's machine forwards).
+        let ips: Vec<IpAddr> =
+            std::iter::once(source).chain(sans.ips.iter().copied().filter(|ip| pki::local_only(*ip))).collect();
+        let csr = pki::generate_csr(&sans.fqdn, &ips, &names, None)?;
         let mut request = tonic::Request::new(CertificateRequest { csr: csr.csr_pem.into_bytes() });
         request.metadata_mut().insert("token", token.parse().map_err(|_| "the machine token is not valid metadata")?);
         let reply = match SecurityServiceClient::new(channel.clone()).certificate(request).await {
