@@ -6,57 +6,19 @@
 //! `cargo bench --bench api` prints them, then `ROW<TAB>name<TAB>value<TAB>anchor<TAB>unit`
 //! lines for `tests/bench`; nothing here asserts. CALLS sets the calls per series (default 2000).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use talosbox::pki::{Role, RoleSet, SecretsBundle};
 use talosbox::proto::machine::machine_service_client::MachineServiceClient;
 use tonic::metadata::MetadataValue;
 
+#[path = "common/cluster.rs"]
+mod cluster;
+
+use cluster::{find, memory};
+
 const CP: &str = "127.0.6.1";
 const WORKER: &str = "127.0.6.2";
-
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_talosbox"))
-}
-
-fn talosctl(dir: &Path, args: &[&str]) -> bool {
-    Command::new(dir.join("talosctl"))
-        .args(args)
-        .current_dir(dir)
-        .env("TALOSCONFIG", dir.join("talosconfig"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        if Instant::now() > deadline {
-            eprintln!("api bench: {what} did not happen within {within:?}");
-            std::process::exit(1);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-struct Nodes(Vec<Child>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-        }
-        for c in &mut self.0 {
-            let _ = c.wait();
-        }
-    }
-}
 
 /// `(p50, p99, calls per second)` of `calls` sequential Version calls, in microseconds.
 async fn series(
@@ -86,68 +48,9 @@ async fn series(
     (at(0.5), at(0.99), rate)
 }
 
-/// `(rss, pss, private)` in KiB of a process: resident, proportional (shared pages of the one
-/// binary split between the processes mapping them), and its own pages only.
-fn memory(pid: u32) -> (u64, u64, u64) {
-    let field = |text: &str, name: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    };
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    (
-        field(&status, "VmRSS:"),
-        field(&rollup, "Pss:"),
-        field(&rollup, "Private_Clean:") + field(&rollup, "Private_Dirty:"),
-    )
-}
-
-/// The pid of the applet `name` (argv[0] `name`, or `talosbox name`) whose command line
-/// mentions `marker`.
-fn find(name: &str, marker: &str) -> Option<u32> {
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<String> = cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
-        let argv0 = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
-        let named = argv0 == name || (argv0 == "talosbox" && args.get(1).is_some_and(|a| a == name));
-        (named && args.iter().any(|a| a.contains(marker))).then_some(pid)
-    })
-}
-
 fn main() {
     let calls: usize = std::env::var("CALLS").ok().and_then(|c| c.parse().ok()).unwrap_or(2000);
-    let dir = std::env::temp_dir().join(format!("talosbox-api-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    std::os::unix::fs::symlink(bin(), dir.join("talosctl")).expect("talosctl link");
-    assert!(talosctl(&dir, &["gen", "secrets", "-o", "secrets.yaml"]));
-    assert!(talosctl(
-        &dir,
-        &["gen", "config", "bench", &format!("https://{CP}:6443"), "--with-secrets", "secrets.yaml"]
-    ));
-
-    let start = |name: &str, address: &str| {
-        Command::new(bin())
-            .args(["machined", "--mode", "container", "--address", address, "--state-dir"])
-            .arg(dir.join(name))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("machined")
-    };
-    let nodes = Nodes(vec![start("cp", CP), start("worker", WORKER)]);
-    until("maintenance on both nodes", Duration::from_secs(30), || {
-        talosctl(&dir, &["-e", CP, "--insecure", "version"]) && talosctl(&dir, &["-e", WORKER, "--insecure", "version"])
-    });
-    assert!(talosctl(&dir, &["-e", CP, "--insecure", "apply-config", "-f", "controlplane.yaml"]));
-    assert!(talosctl(&dir, &["-e", WORKER, "--insecure", "apply-config", "-f", "worker.yaml"]));
-    until("the worker answering through the control plane", Duration::from_secs(60), || {
-        talosctl(&dir, &["-e", CP, "-n", WORKER, "version"])
-    });
+    let (dir, nodes) = cluster::up("api", CP, WORKER);
 
     let bundle =
         SecretsBundle::from_yaml(&std::fs::read_to_string(dir.join("secrets.yaml")).expect("bundle")).expect("bundle");

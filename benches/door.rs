@@ -16,8 +16,6 @@
 //! (default 600).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
@@ -27,6 +25,11 @@ use talosbox::proto::cosi::resource::{GetRequest, GetResponse, WatchOptions, Wat
 use talosbox::proto::machine::{ApplyConfigurationRequest, ApplyConfigurationResponse};
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
+
+#[path = "common/cluster.rs"]
+mod cluster;
+
+use cluster::{find, memory};
 
 const CP: &str = "127.0.13.1";
 const WORKER: &str = "127.0.13.2";
@@ -39,75 +42,9 @@ const IDLE_TARGET: usize = 600;
 /// How long a legitimate call may take before it counts as failed.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_talosbox"))
-}
-
-fn talosctl(dir: &Path, args: &[&str]) -> bool {
-    Command::new(dir.join("talosctl"))
-        .args(args)
-        .current_dir(dir)
-        .env("TALOSCONFIG", dir.join("talosconfig"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !ok() {
-        if Instant::now() > deadline {
-            eprintln!("door bench: {what} did not happen within {within:?}");
-            std::process::exit(1);
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-struct Nodes(Vec<Child>);
-
-impl Drop for Nodes {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
-            }
-        }
-        for c in &mut self.0 {
-            let _ = c.wait();
-        }
-    }
-}
-
 /// `VmRSS` of `pid`, KiB.
 fn rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:")?.split_whitespace().next()?.parse().ok()))
-        .unwrap_or(0)
-}
-
-/// The pid of the applet `name` (argv[0]) whose command line mentions `marker`, or whose
-/// parent's does (apid and trustd are machined's children).
-fn find(name: &str, marker: &str) -> Option<u32> {
-    let cmdline = |pid: u32| -> Vec<String> {
-        std::fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|c| c.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
-            .unwrap_or_default()
-    };
-    let parent = |pid: u32| -> Option<u32> {
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
-    };
-    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
-        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
-        let args = cmdline(pid);
-        let argv0 = args.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
-        let named = argv0 == name || (argv0 == "talosbox" && args.get(1).is_some_and(|a| a == name));
-        let marked = |args: &[String]| args.iter().any(|a| a.contains(marker));
-        (named && (marked(&args) || parent(pid).is_some_and(|p| marked(&cmdline(p))))).then_some(pid)
-    })
+    memory(pid).0
 }
 
 /// Latencies and failures of one kind of legitimate call.
@@ -278,34 +215,8 @@ fn raise_nofile() {
 fn main() {
     let secs: u64 = std::env::var("SOAK_SECS").ok().and_then(|c| c.parse().ok()).unwrap_or(600);
     raise_nofile();
-    let dir = std::env::temp_dir().join(format!("talosbox-door-bench-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("bench directory");
-    std::os::unix::fs::symlink(bin(), dir.join("talosctl")).expect("talosctl link");
-    assert!(talosctl(&dir, &["gen", "secrets", "-o", "secrets.yaml"]));
-    assert!(talosctl(
-        &dir,
-        &["gen", "config", "soak", &format!("https://{CP}:6443"), "--with-secrets", "secrets.yaml"]
-    ));
-    let start = |name: &str, address: &str| {
-        Command::new(bin())
-            .args(["machined", "--mode", "container", "--address", address, "--state-dir"])
-            .arg(dir.join(name))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("machined")
-    };
     eprintln!("door bench: starting a control plane at {CP} and a worker at {WORKER}");
-    let nodes = Nodes(vec![start("cp", CP), start("worker", WORKER)]);
-    until("maintenance on both nodes", Duration::from_secs(30), || {
-        talosctl(&dir, &["-e", CP, "--insecure", "version"]) && talosctl(&dir, &["-e", WORKER, "--insecure", "version"])
-    });
-    assert!(talosctl(&dir, &["-e", CP, "--insecure", "apply-config", "-f", "controlplane.yaml"]));
-    assert!(talosctl(&dir, &["-e", WORKER, "--insecure", "apply-config", "-f", "worker.yaml"]));
-    until("the worker answering through the control plane", Duration::from_secs(60), || {
-        talosctl(&dir, &["-e", CP, "-n", WORKER, "version"])
-    });
+    let (dir, nodes) = cluster::up("door", CP, WORKER);
 
     let bundle =
         SecretsBundle::from_yaml(&std::fs::read_to_string(dir.join("secrets.yaml")).expect("bundle")).expect("bundle");
@@ -468,11 +379,13 @@ fn main() {
                 }
             }));
         }
-        // A reader holding 300 watches on the worker through the control plane.
+        // A reader holding 300 watches on the worker through the control plane, opened side by
+        // side: all of them have their answer (a stream or a refusal) within 5 s.
         let mut holding = Vec::new();
         if let Ok(channel) = dial(&ca, Some(&reader)).await {
-            for _ in 0..300 {
-                match tokio::time::timeout(Duration::from_secs(5), watch(&channel, Some(WORKER))).await {
+            let opens = (0..300).map(|_| tokio::time::timeout(Duration::from_secs(5), watch(&channel, Some(WORKER))));
+            for opened in futures::future::join_all(opens).await {
+                match opened {
                     Ok(Ok(s)) => {
                         held.add("held");
                         holding.push(s);
@@ -482,6 +395,7 @@ fn main() {
                 }
             }
         }
+        eprintln!("door bench: watches on the worker: {}", held.show());
         // Fan-outs of a 30 MiB message, one every 2 s.
         {
             let (ca, reader, fanout, stop) = (ca.clone(), reader.clone(), fanout.clone(), stop.clone());

@@ -7,153 +7,16 @@
 //!
 //! One cluster carries every check (booting it is the slow part).
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+#[path = "door/harness.rs"]
+mod harness;
+
+use harness::{Ctl, Node, text};
 
 const CP: &str = "127.0.2.1";
 const W1: &str = "127.0.2.2";
 const W2: &str = "127.0.2.3";
-
-fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_talosbox"))
-}
-
-struct Node {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
-    name: &'static str,
-}
-
-impl Node {
-    fn start(dir: &Path, name: &'static str, address: &str) -> Node {
-        let mut child = Command::new(bin())
-            .args(["machined", "--mode", "container", "--address", address, "--state-dir"])
-            .arg(dir.join(name))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start machined");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        for out in [
-            child.stdout.take().map(|o| Box::new(o) as Box<dyn std::io::Read + Send>),
-            child.stderr.take().map(|e| Box::new(e) as _),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    lines.lock().unwrap().push(line);
-                }
-            });
-        }
-        Node { child, lines, name }
-    }
-
-    fn log(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    fn wait_line(&self, want: &str) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.lines.lock().unwrap().iter().any(|l| l.contains(want)) {
-            assert!(Instant::now() < deadline, "{}: no line {want:?} within 60 s; log:\n{}", self.name, self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "{} did not exit; log:\n{}", self.name, self.log());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        let _ = rustix::process::kill_process(
-            rustix::process::Pid::from_raw(self.child.id() as i32).unwrap(),
-            rustix::process::Signal::TERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// talosctl in `dir`, with `TALOSCONFIG` pointing at `dir/talosconfig`.
-struct Ctl {
-    dir: PathBuf,
-    exe: PathBuf,
-}
-
-impl Ctl {
-    /// A fresh directory with talosctl linked into it.
-    fn in_scratch(name: &str) -> Ctl {
-        let dir = std::env::temp_dir().join(format!("talosbox-api-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let exe = dir.join("talosctl");
-        std::os::unix::fs::symlink(bin(), &exe).unwrap();
-        Ctl { dir, exe }
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        self.run_with(args, &[])
-    }
-
-    fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        Command::new(&self.exe)
-            .args(args)
-            .envs(env.iter().copied())
-            .current_dir(&self.dir)
-            .env("TALOSCONFIG", self.dir.join("talosconfig"))
-            .env("TALOS_HOME", self.dir.join("talos"))
-            .output()
-            .unwrap()
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(out.status.success(), "talosctl {args:?} failed:\n{}", text(&out));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(!out.status.success(), "talosctl {args:?} should have failed:\n{}", text(&out));
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    /// Retries `args` until it succeeds (certificates arrive asynchronously).
-    fn eventually(&self, args: &[&str], within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let out = self.run(args);
-            if out.status.success() {
-                return String::from_utf8_lossy(&out.stdout).into_owned();
-            }
-            assert!(Instant::now() < deadline, "talosctl {args:?} kept failing:\n{}", text(&out));
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
-
-fn text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
-}
 
 #[test]
 fn three_nodes_are_configured_and_driven_through_the_api() {
@@ -419,6 +282,7 @@ mod security {
     use tonic::Code;
     use tonic::metadata::MetadataValue;
 
+    use super::harness::chain;
     use super::*;
 
     const CP: &str = "127.0.5.1";
@@ -470,17 +334,6 @@ mod security {
             Ok(_) => (Code::Ok, String::new()),
             Err(status) => (status.code(), chain(&status)),
         }
-    }
-
-    /// An error with all its causes.
-    fn chain(e: &dyn std::error::Error) -> String {
-        let mut text = e.to_string();
-        let mut source = e.source();
-        while let Some(s) = source {
-            text.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        text
     }
 
     /// A unary call of `path` with `message`, decoding the reply as `R`.

@@ -1,6 +1,7 @@
 //! Container-mode nodes as real processes on loopback addresses, talosctl against them, the
 //! certificates of the cluster's own bundle, and the figures the abuse checks measure (RSS of
-//! machined and of its services, their open connections).
+//! machined and of its services, their open connections). `tests/api_cluster.rs` uses it too
+//! (`#[path = "door/harness.rs"]`).
 
 #![allow(dead_code)]
 
@@ -59,6 +60,17 @@ impl Node {
         let deadline = Instant::now() + Duration::from_secs(60);
         while !self.lines.lock().unwrap().iter().any(|l| l.contains(want)) {
             assert!(Instant::now() < deadline, "{}: no line {want:?} within 60 s; log:\n{}", self.name, self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{} did not exit; log:\n{}", self.name, self.log());
             std::thread::sleep(Duration::from_millis(50));
         }
     }
