@@ -10,6 +10,8 @@
 //! - a YAML alias bomb as an admin's dry-run apply;
 //! - CSRs with the cluster token asking trustd for the control plane's address.
 //!
+//! The reader floods use a reader certificate of their own, as another caller would.
+//!
 //! It prints p50/p99 of the legitimate calls, their errors, what each flood got, and the RSS of
 //! the control plane's machined, apid and trustd before the floods and after them. Nothing here
 //! asserts; the figures are the result (`ROW` lines for `tests/bench`). SOAK_SECS sets the length
@@ -224,6 +226,9 @@ fn main() {
         bundle.client_certificate(&RoleSet::from([role]), Duration::from_secs(7200), SystemTime::now()).expect("cert")
     };
     let (admin, operator, reader) = (cert(Role::Admin), cert(Role::Operator), cert(Role::Reader));
+    // The reader floods come from a reader certificate of their own: another caller, whom the
+    // door limits apart from the legitimate reader.
+    let flooder = cert(Role::Reader);
     let ca = bundle.certs.os.crt_pem.clone();
     let token = bundle.trustd_info.token.clone();
     let marker = dir.join("cp").display().to_string();
@@ -347,7 +352,7 @@ fn main() {
         }
         // A reader routing to the silent node, one call at a time.
         {
-            let (ca, reader, silent, stop) = (ca.clone(), reader.clone(), silent.clone(), stop.clone());
+            let (ca, reader, silent, stop) = (ca.clone(), flooder.clone(), silent.clone(), stop.clone());
             tasks.push(tokio::spawn(async move {
                 let Ok(channel) = dial(&ca, Some(&reader)).await else { return silent.add("no channel") };
                 while !stop.load(Ordering::Relaxed) {
@@ -365,7 +370,7 @@ fn main() {
         }
         // A reader opening watches and dropping them.
         {
-            let (ca, reader, closed, stop) = (ca.clone(), reader.clone(), closed_watches.clone(), stop.clone());
+            let (ca, reader, closed, stop) = (ca.clone(), flooder.clone(), closed_watches.clone(), stop.clone());
             tasks.push(tokio::spawn(async move {
                 let Ok(channel) = dial(&ca, Some(&reader)).await else { return };
                 while !stop.load(Ordering::Relaxed) {
@@ -382,7 +387,7 @@ fn main() {
         // A reader holding 300 watches on the worker through the control plane, opened side by
         // side: all of them have their answer (a stream or a refusal) within 5 s.
         let mut holding = Vec::new();
-        if let Ok(channel) = dial(&ca, Some(&reader)).await {
+        if let Ok(channel) = dial(&ca, Some(&flooder)).await {
             let opens = (0..300).map(|_| tokio::time::timeout(Duration::from_secs(5), watch(&channel, Some(WORKER))));
             for opened in futures::future::join_all(opens).await {
                 match opened {
@@ -398,7 +403,7 @@ fn main() {
         eprintln!("door bench: watches on the worker: {}", held.show());
         // Fan-outs of a 30 MiB message, one every 2 s.
         {
-            let (ca, reader, fanout, stop) = (ca.clone(), reader.clone(), fanout.clone(), stop.clone());
+            let (ca, reader, fanout, stop) = (ca.clone(), flooder.clone(), fanout.clone(), stop.clone());
             tasks.push(tokio::spawn(async move {
                 let Ok(channel) = dial(&ca, Some(&reader)).await else { return fanout.add("no channel") };
                 let big = talosbox::proto::common::Data { metadata: None, bytes: vec![7u8; 30 << 20] };

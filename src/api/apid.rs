@@ -12,11 +12,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::door::{Caps, Door};
 use super::proxy::{BoxError, Caller, DIAL_TIMEOUT, Proxy, ProxyBody, RemoteDialer, RoleMode, remote_handshake};
 use crate::pki::tls::{ClientAuth, ServerTls};
 use crate::resources::runtime::{self as rt, ApiServiceConfig};
@@ -24,7 +24,7 @@ use crate::resources::secrets::{self as sec, ApiCertificates};
 
 /// How long calls in flight may take to finish when apid stops or its listener is replaced
 /// (machined's stop timeout, after which it sends SIGKILL, is longer).
-const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+const DRAIN_TIMEOUT: std::time::Duration = super::door::DRAIN_TIMEOUT;
 
 /// Where apid finds machined.
 #[derive(Debug, Clone)]
@@ -250,6 +250,8 @@ async fn bind_retrying(address: SocketAddr) -> std::io::Result<tokio::net::TcpLi
     }
 }
 
+/// apid's door: the shared bounded accept loop, each connection served by the proxy as the
+/// caller its TLS session and source make it.
 async fn accept(
     listener: tokio::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
@@ -257,56 +259,16 @@ async fn accept(
     stop: CancellationToken,
     conns: TaskTracker,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            () = stop.cancelled() => return,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => {
-                    crate::kernel::console::log_line("apid", &format!("accepting: {e}"));
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
+    let make = move |session: &rustls::ServerConnection, peer: SocketAddr| {
+        let caller = Arc::new(Caller::of(session, peer));
         let proxy = proxy.clone();
-        let stop = stop.clone();
-        conns.spawn(async move {
-            let _ = tcp.set_nodelay(true);
-            let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    crate::kernel::console::log_line("apid", &format!("TLS handshake with {peer} refused: {e}"));
-                    return;
-                }
-                Err(_) => return,
-            };
-            let roles = crate::pki::tls::peer_roles(stream.get_ref().1)
-                .map(|(roles, _unknown)| roles.strings().into_iter().map(str::to_string).collect())
-                .unwrap_or_default();
-            let caller = Arc::new(Caller { roles });
-            let service = hyper::service::service_fn(move |req| {
-                let proxy = proxy.clone();
-                let caller = caller.clone();
-                async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, &caller).await) }
-            });
-            let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .max_header_list_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                r = conn.as_mut() => if let Err(e) = r { tracing::debug!("apid: connection from {peer}: {e}") },
-                () = stop.cancelled() => {
-                    // A new listener replaces this one: calls in flight (the apply that caused
-                    // the change among them) finish; new ones go to the new listener.
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(DRAIN_TIMEOUT, conn).await;
-                }
-            }
-        });
-    }
+        hyper::service::service_fn(move |req| {
+            let proxy = proxy.clone();
+            let caller = caller.clone();
+            async move { Ok::<_, std::convert::Infallible>(proxy.handle(req, &caller).await) }
+        })
+    };
+    Door::new("apid", Caps::DEFAULT).serve(listener, tls, make, stop, conns).await;
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod apply;
 pub mod audit;
 pub mod authz;
 pub mod client_config;
+pub mod door;
 pub mod events;
 pub mod fanout;
 pub mod follow;

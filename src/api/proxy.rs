@@ -10,8 +10,10 @@
 //!
 //! Everything a caller can make apid hold is bounded. Dialling another node takes at most
 //! [`DIAL_TIMEOUT`] and blocks only the callers of that node; remote connections are kept one
-//! per (node, role set), each role set with at most [`CALLS_PER_CALLER`] calls in flight to a
-//! node, so one caller's streams cannot take another's; and what a fan-out buffers (the request
+//! per (node, role set) in a pool of up to [`CONNECTIONS_PER_ROLE_SET`], each carrying at most
+//! [`STREAMS_PER_CONNECTION`] calls, and each caller (a client certificate, or without one a
+//! source address) has at most [`CALLS_PER_CALLER`] calls in flight to a node, so one
+//! caller's streams cannot take another's; and what a fan-out buffers (the request
 //! it repeats, the unary replies it merges, the partial messages of streamed ones) is capped per
 //! call and, across all calls, by [`FAN_OUT_BUFFER_TOTAL`].
 
@@ -53,12 +55,25 @@ const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
 /// How long a ping may go unanswered before the connection is declared dead.
 const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Calls one role set may have in flight to one remote node (streams held open count until
-/// they end). Each role set has a connection of its own to each node, and RFC 9113 §6.5.2
-/// recommends servers allow at least 100 concurrent streams: 100 fills one conforming
-/// connection at most and never queues behind the peer's limit.
-pub const CALLS_PER_CALLER: usize = 100;
-/// How long a call over [`CALLS_PER_CALLER`] waits for one to end before it is refused.
+/// Calls one caller may have in flight to one remote node (streams held open count until
+/// they end): more than talosctl's widest use (a few Watches and `logs -f` at once), and less
+/// than one connection carries, so one caller never fills a connection by itself.
+pub const CALLS_PER_CALLER: usize = 64;
+/// Calls carried at once by one connection to a remote node. RFC 9113 §6.5.2 recommends
+/// servers allow at least 100 concurrent streams (the door allows 128): 100 never queues
+/// behind a conforming peer's limit.
+pub const STREAMS_PER_CONNECTION: usize = 100;
+/// Connections kept to one remote node for one role set: a new one is dialled when those
+/// there are full. With [`CALLS_PER_CALLER`] this is room for at least 12 callers at their
+/// limit, and the few role sets stay far below the door's connections per source.
+pub const CONNECTIONS_PER_ROLE_SET: usize = 8;
+/// A connection to another node unused for this long is dialled again rather than reused:
+/// the peer's door closes one idle for `door::IDLE_TIMEOUT` (30 s), and a call must not race
+/// that close.
+const REMOTE_IDLE_REUSE: Duration = Duration::from_secs(20);
+const _: () = assert!(REMOTE_IDLE_REUSE.as_secs() < super::door::IDLE_TIMEOUT.as_secs());
+/// How long a call over [`CALLS_PER_CALLER`] (or past a full pool) waits for one to end
+/// before it is refused.
 const CALLER_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 /// The most a fan-out request (`nodes`) may hold in total, all its messages together: it is
@@ -83,9 +98,29 @@ pub const FAN_OUT_BUFFER_TOTAL: u64 = 64 << 20;
 pub struct Caller {
     /// Roles from the verified client certificate's Subject Organization.
     pub roles: Vec<String>,
+    /// Whom [`CALLS_PER_CALLER`] counts: the SHA-256 of the client certificate, or without one
+    /// (maintenance) the source as the door counts it (an IPv4 address, an IPv6 /64).
+    pub identity: String,
 }
 
 impl Caller {
+    /// The caller of a connection: its certificate's roles and fingerprint, or its source.
+    pub fn of(session: &rustls::ServerConnection, peer: std::net::SocketAddr) -> Caller {
+        use base64::Engine as _;
+        use sha2::Digest;
+        let roles = crate::pki::tls::peer_roles(session)
+            .map(|(roles, _unknown)| roles.strings().into_iter().map(str::to_string).collect())
+            .unwrap_or_default();
+        let identity = match session.peer_certificates().and_then(|chain| chain.first()) {
+            Some(leaf) => format!(
+                "cert:{}",
+                base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(leaf.as_ref()))
+            ),
+            None => format!("source:{}", super::door::source_key(peer.ip())),
+        };
+        Caller { roles, identity }
+    }
+
     fn is_impersonator(&self) -> bool {
         self.roles.iter().any(|r| r == IMPERSONATOR)
     }
@@ -113,9 +148,9 @@ pub trait RemoteDialer: Send + Sync {
 pub struct Proxy {
     local: Backend,
     remote: Option<Arc<dyn RemoteDialer>>,
-    /// The connections to other nodes, one per (node, role set). The map's lock is held only
+    /// The connections to other nodes, a pool per (node, role set). The locks are held only
     /// to find a slot, never across a dial.
-    remotes: std::sync::Mutex<HashMap<RemoteKey, Arc<RemoteSlot>>>,
+    remotes: std::sync::Mutex<HashMap<RemoteKey, Arc<RemotePool>>>,
     local_targets: Arc<dyn LocalTargets + Send + Sync>,
     role_mode: RoleMode,
     limit: u64,
@@ -126,19 +161,95 @@ pub struct Proxy {
 /// A remote connection's key: the node as routed, and the sorted role set of its callers.
 type RemoteKey = (String, String);
 
+/// The connections to one node for one role set, and the calls of each caller through them.
+#[derive(Default)]
+struct RemotePool {
+    /// At most [`CONNECTIONS_PER_ROLE_SET`].
+    slots: std::sync::Mutex<Vec<Arc<RemoteSlot>>>,
+    /// [`CALLS_PER_CALLER`] permits per caller identity; an entry nobody holds a permit of
+    /// goes when another is added.
+    callers: std::sync::Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl RemotePool {
+    /// Whether nothing uses the pool and no connection of it is alive.
+    fn unused(self: &Arc<Self>) -> bool {
+        Arc::strong_count(self) == 1
+            && self.slots.lock().unwrap_or_else(|p| p.into_inner()).iter().all(|s| {
+                Arc::strong_count(s) == 1 && s.conn.try_lock().is_ok_and(|c| c.as_ref().is_none_or(|c| c.is_closed()))
+            })
+    }
+
+    /// The semaphore of `identity`'s calls.
+    fn caller(&self, identity: &str) -> Arc<Semaphore> {
+        let mut callers = self.callers.lock().unwrap_or_else(|p| p.into_inner());
+        if !callers.contains_key(identity) {
+            callers.retain(|_, s| Arc::strong_count(s) > 1);
+        }
+        callers.entry(identity.to_string()).or_insert_with(|| Arc::new(Semaphore::new(CALLS_PER_CALLER))).clone()
+    }
+
+    /// A connection with room for one more call, and that call's permit: the first with room,
+    /// else a new one while the pool has fewer than [`CONNECTIONS_PER_ROLE_SET`].
+    fn room(&self) -> Option<(Arc<RemoteSlot>, OwnedSemaphorePermit)> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for slot in slots.iter() {
+            if let Ok(permit) = slot.calls.clone().try_acquire_owned() {
+                return Some((slot.clone(), permit));
+            }
+        }
+        if slots.len() >= CONNECTIONS_PER_ROLE_SET {
+            return None;
+        }
+        let slot = Arc::new(RemoteSlot::new());
+        let permit = slot.calls.clone().try_acquire_owned().ok()?;
+        slots.push(slot.clone());
+        Some((slot, permit))
+    }
+
+    /// Forgets `slot` if its dial failed and nobody else holds it.
+    fn drop_failed(&self, slot: &Arc<RemoteSlot>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.retain(|s| !(Arc::ptr_eq(s, slot) && Arc::strong_count(s) == 2));
+    }
+}
+
 /// One remote connection and the calls in flight on it.
 struct RemoteSlot {
-    /// Locked only by callers of this key, while checking or dialling.
+    /// Locked only by callers of this slot, while checking or dialling.
     conn: Mutex<Option<SendRequest<ProxyBody>>>,
-    /// [`CALLS_PER_CALLER`] permits, one per call in flight, held by its response body.
+    /// [`STREAMS_PER_CONNECTION`] permits, one per call in flight, held by its response body.
     calls: Arc<Semaphore>,
+    /// When the last call on the connection began.
+    last_call: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
 impl RemoteSlot {
     fn new() -> Self {
-        RemoteSlot { conn: Mutex::new(None), calls: Arc::new(Semaphore::new(CALLS_PER_CALLER)) }
+        RemoteSlot {
+            conn: Mutex::new(None),
+            calls: Arc::new(Semaphore::new(STREAMS_PER_CONNECTION)),
+            last_call: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether the connection may be idle on the peer's side for long enough that the peer's
+    /// door is about to close it: no call on it but the caller's own (which holds a permit),
+    /// and none begun for [`REMOTE_IDLE_REUSE`]. Dialling again then is cheaper than a call
+    /// that races the peer's GOAWAY.
+    fn stale(&self) -> bool {
+        let others = STREAMS_PER_CONNECTION - self.calls.available_permits() - 1;
+        let last = *self.last_call.lock().unwrap_or_else(|p| p.into_inner());
+        others == 0 && last.is_some_and(|t| t.elapsed() >= REMOTE_IDLE_REUSE)
+    }
+
+    fn called(&self) {
+        *self.last_call.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokio::time::Instant::now());
     }
 }
+
+/// What a remote call holds until its reply ends: its caller's permit and its connection's.
+type CallPermits = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
 /// The local machined socket, one multiplexed HTTP/2 connection, redialled when it breaks.
 struct Backend {
@@ -251,7 +362,14 @@ impl Proxy {
         let path = parts.uri.path_and_query().map(|p| p.as_str().to_string()).unwrap_or_else(|| "/".into());
         let exceeded = Arc::new(AtomicBool::new(false));
         let body = GuardedBody::new(body, self.limit, exceeded.clone()).boxed_unsync();
-        let call = Call { method: parts.method, headers: parts.headers, path, authority, roles: role_key(&roles) };
+        let call = Call {
+            method: parts.method,
+            headers: parts.headers,
+            path,
+            authority,
+            roles: role_key(&roles),
+            caller: caller.identity.clone(),
+        };
 
         let targets = match route {
             Route::Many(targets) => return self.fan_out(targets, call, body, &exceeded).await,
@@ -281,7 +399,7 @@ impl Proxy {
                 if let Ok(v) = HeaderValue::from_str(value) {
                     headers.insert(HeaderName::from_static(keys::PROXY_FROM), v);
                 }
-                let (sender, slot, permit) = self.remote_sender(node, &call.roles).await?;
+                let (sender, slot, permit) = self.remote_sender(node, &call.roles, &call.caller).await?;
                 (
                     sender,
                     format!("https://{}{}", with_port(node), call.path),
@@ -399,67 +517,96 @@ impl Proxy {
         }
     }
 
-    /// The connection to `node` for callers with `roles` (dialled if there is none or it
-    /// died) and a permit for one call on it. Only callers of the same (node, roles) wait for
-    /// a dial, and at most [`DIAL_TIMEOUT`].
+    /// A connection to `node` for callers with `roles` (dialled if there is none or it died)
+    /// and the permits for one call of `caller` on it. Only callers of the same connection
+    /// wait for its dial, and at most [`DIAL_TIMEOUT`].
     async fn remote_sender(
         &self,
         node: &str,
         roles: &str,
-    ) -> Result<(SendRequest<ProxyBody>, Arc<RemoteSlot>, OwnedSemaphorePermit), (Code, String)> {
+        caller: &str,
+    ) -> Result<(SendRequest<ProxyBody>, Arc<RemoteSlot>, CallPermits), (Code, String)> {
         let dialer = self.remote.as_ref().ok_or((Code::Unavailable, format!("node {node}: no request forwarding")))?;
         let key = (node.to_string(), roles.to_string());
-        let slot = {
+        let pool = {
             let mut remotes = self.remotes.lock().unwrap_or_else(|p| p.into_inner());
             if !remotes.contains_key(&key) {
-                // Slots nobody uses whose connection is gone go before a new one is added.
-                remotes.retain(|_, s| {
-                    Arc::strong_count(s) > 1
-                        || s.conn.try_lock().map_or(true, |c| c.as_ref().is_some_and(|c| !c.is_closed()))
-                });
+                // Pools nobody uses whose connections are gone go before a new one is added.
+                remotes.retain(|_, p| !p.unused());
             }
-            remotes.entry(key.clone()).or_insert_with(|| Arc::new(RemoteSlot::new())).clone()
+            remotes.entry(key.clone()).or_default().clone()
         };
-        let permit = match slot.calls.clone().try_acquire_owned() {
+        let calls = pool.caller(caller);
+        let mine = match calls.clone().try_acquire_owned() {
             Ok(p) => p,
-            Err(_) => match tokio::time::timeout(CALLER_QUEUE_WAIT, slot.calls.clone().acquire_owned()).await {
+            Err(_) => match tokio::time::timeout(CALLER_QUEUE_WAIT, calls.acquire_owned()).await {
                 Ok(Ok(p)) => p,
                 _ => {
                     return Err((
                         Code::ResourceExhausted,
                         format!(
-                            "node {node}: callers with roles [{roles}] have {CALLS_PER_CALLER} calls in flight to it, \
-                             the most one role set may have; end some first"
+                            "node {node}: this caller has {CALLS_PER_CALLER} calls in flight to it, the most one \
+                             caller may have; end some first"
                         ),
                     ));
                 }
             },
         };
+        let (slot, stream) = match pool.room() {
+            Some(r) => r,
+            None => {
+                // Every connection of the pool is full: wait a moment for any call to end.
+                let deadline = tokio::time::Instant::now() + CALLER_QUEUE_WAIT;
+                loop {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if let Some(r) = pool.room() {
+                        break r;
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err((
+                            Code::ResourceExhausted,
+                            format!(
+                                "node {node}: callers with roles [{roles}] fill {CONNECTIONS_PER_ROLE_SET} \
+                                 connections of {STREAMS_PER_CONNECTION} calls to it; try again"
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
         let dialled = tokio::time::timeout(DIAL_TIMEOUT, async {
             let mut conn = slot.conn.lock().await;
             if let Some(c) = conn.as_ref()
                 && !c.is_closed()
+                && !slot.stale()
             {
+                slot.called();
                 return Ok(c.clone());
             }
             *conn = None;
             let sender = dialer.dial(&with_port(node)).await?;
             *conn = Some(sender.clone());
+            slot.called();
             Ok::<_, BoxError>(sender)
         })
         .await;
         let failed = match dialled {
-            Ok(Ok(sender)) => return Ok((sender, slot, permit)),
+            Ok(Ok(sender)) => return Ok((sender, slot, (mine, stream))),
             Ok(Err(e)) => format!("node {node}: {e}"),
             Err(_) => format!(
                 "node {node}: dialling timed out after {} s (TCP connect, TLS and HTTP/2 handshake)",
                 DIAL_TIMEOUT.as_secs()
             ),
         };
-        drop(permit);
+        drop((mine, stream));
+        pool.drop_failed(&slot);
+        drop(slot);
         let mut remotes = self.remotes.lock().unwrap_or_else(|p| p.into_inner());
-        // Nobody else waits on it: a failed node leaves no slot behind.
-        if remotes.get(&key).is_some_and(|s| Arc::ptr_eq(s, &slot)) && Arc::strong_count(&slot) == 2 {
+        // Nobody else waits on it: a failed node leaves no pool behind.
+        if remotes.get(&key).is_some_and(|p| Arc::ptr_eq(p, &pool))
+            && Arc::strong_count(&pool) == 2
+            && pool.slots.lock().unwrap_or_else(|p| p.into_inner()).is_empty()
+        {
             remotes.remove(&key);
         }
         Err((Code::Unavailable, failed))
@@ -604,6 +751,8 @@ struct Call {
     authority: Option<String>,
     /// The roles asserted downstream, as a connection key (see [`role_key`]).
     roles: String,
+    /// The caller's identity, which [`CALLS_PER_CALLER`] counts.
+    caller: String,
 }
 
 /// Services whose replies follow Talos's `messages` / `metadata` convention (see `fanout`).
@@ -878,9 +1027,9 @@ mod tests {
         let proxy = Proxy::new("/nonexistent".into(), None, Arc::new(|_: &str| false), RoleMode::Certificate);
         let mut h = http::HeaderMap::new();
         h.append(keys::ROLE, HeaderValue::from_static("os:admin"));
-        let reader = Caller { roles: vec!["os:reader".into()] };
+        let reader = Caller { roles: vec!["os:reader".into()], ..Caller::default() };
         assert_eq!(proxy.roles(&h, &reader), vec!["os:reader"], "a reader's claim is ignored");
-        let imp = Caller { roles: vec!["os:impersonator".into()] };
+        let imp = Caller { roles: vec!["os:impersonator".into()], ..Caller::default() };
         assert_eq!(proxy.roles(&h, &imp), vec!["os:admin"]);
         let ro = Proxy::new("/nonexistent".into(), None, Arc::new(|_: &str| false), RoleMode::ReadOnly);
         assert_eq!(ro.roles(&h, &imp), vec!["os:reader"]);
@@ -991,12 +1140,17 @@ mod tests {
     }
 
     fn call(roles: &str) -> Call {
+        call_by(roles, "cert:one")
+    }
+
+    fn call_by(roles: &str, caller: &str) -> Call {
         Call {
             method: http::Method::POST,
             headers: http::HeaderMap::new(),
             path: "/machine.MachineService/Version".into(),
             authority: None,
             roles: roles.into(),
+            caller: caller.into(),
         }
     }
 
@@ -1024,30 +1178,83 @@ mod tests {
         assert!(message.contains("node silent") && message.contains("timed out"), "{message}");
         let waited = start.elapsed();
         assert!(waited >= DIAL_TIMEOUT && waited < DIAL_TIMEOUT + Duration::from_secs(1), "{waited:?}");
-        assert!(!proxy.remotes.lock().unwrap().keys().any(|(n, _)| n == "silent"), "no slot left behind");
+        assert!(!proxy.remotes.lock().unwrap().keys().any(|(n, _)| n == "silent"), "no pool left behind");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn one_role_set_cannot_take_every_stream_to_a_node() {
+    async fn one_caller_cannot_take_every_stream_to_a_node() {
         let dialer = Arc::new(FakeDialer::default());
         let proxy = forwarding(dialer.clone());
         let node = Route::Remote("worker".into());
         let mut open = Vec::new();
         for _ in 0..CALLS_PER_CALLER {
-            open.push(proxy.send(&node, &call("os:reader"), empty()).await.expect("within the cap"));
+            open.push(proxy.send(&node, &call_by("os:reader", "cert:a"), empty()).await.expect("within the cap"));
         }
-        let Err((code, message)) = proxy.send(&node, &call("os:reader"), empty()).await else {
+        let Err((code, message)) = proxy.send(&node, &call_by("os:reader", "cert:a"), empty()).await else {
             panic!("a call over the cap was let through")
         };
         assert_eq!(code, Code::ResourceExhausted);
         assert!(message.contains("node worker") && message.contains(&CALLS_PER_CALLER.to_string()), "{message}");
-        // Another role set has a connection and calls of its own.
-        let admin = proxy.send(&node, &call("os:admin"), empty()).await;
+        // Another caller of the same role set still has calls, on the same connection first.
+        let b = proxy.send(&node, &call_by("os:reader", "cert:b"), empty()).await;
+        assert!(b.is_ok(), "{:?}", b.err());
+        assert_eq!(dialer.dials.load(Ordering::SeqCst), 1);
+        // Another role set has a connection of its own.
+        let admin = proxy.send(&node, &call_by("os:admin", "cert:c"), empty()).await;
         assert!(admin.is_ok(), "{:?}", admin.err());
         assert_eq!(dialer.dials.load(Ordering::SeqCst), 2);
-        // A reader stream that ends gives its call back.
+        // A stream that ends gives its call back.
         open.pop();
-        assert!(proxy.send(&node, &call("os:reader"), empty()).await.is_ok());
+        assert!(proxy.send(&node, &call_by("os:reader", "cert:a"), empty()).await.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_connection_gets_a_sibling_and_the_pool_is_bounded() {
+        let dialer = Arc::new(FakeDialer::default());
+        let proxy = forwarding(dialer.clone());
+        let node = Route::Remote("worker".into());
+        let mut open = Vec::new();
+        // Callers at their limit, until every connection of the pool is full.
+        let room = CONNECTIONS_PER_ROLE_SET * STREAMS_PER_CONNECTION;
+        let callers = room.div_ceil(CALLS_PER_CALLER);
+        for c in 0..callers {
+            let take = CALLS_PER_CALLER.min(room - open.len());
+            for _ in 0..take {
+                let caller = format!("cert:{c}");
+                open.push(proxy.send(&node, &call_by("os:reader", &caller), empty()).await.expect("the pool has room"));
+            }
+        }
+        assert_eq!(open.len(), room);
+        assert_eq!(dialer.dials.load(Ordering::SeqCst), CONNECTIONS_PER_ROLE_SET);
+        let Err((code, message)) = proxy.send(&node, &call_by("os:reader", "cert:late"), empty()).await else {
+            panic!("a call past a full pool was let through")
+        };
+        assert_eq!(code, Code::ResourceExhausted);
+        assert!(message.contains("os:reader") && message.contains("connections"), "{message}");
+        // A call ending makes room for the next caller, on the connection it left.
+        open.swap_remove(0);
+        assert!(proxy.send(&node, &call_by("os:reader", "cert:late"), empty()).await.is_ok());
+        assert_eq!(dialer.dials.load(Ordering::SeqCst), CONNECTIONS_PER_ROLE_SET);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_idle_long_enough_for_the_peer_to_close_it_is_not_reused() {
+        let dialer = Arc::new(FakeDialer::default());
+        let proxy = forwarding(dialer.clone());
+        let node = Route::Remote("worker".into());
+        drop(proxy.send(&node, &call("os:admin"), empty()).await.unwrap());
+        tokio::time::advance(REMOTE_IDLE_REUSE - Duration::from_secs(1)).await;
+        drop(proxy.send(&node, &call("os:admin"), empty()).await.unwrap());
+        assert_eq!(dialer.dials.load(Ordering::SeqCst), 1, "reused while fresh");
+        // A stream held open keeps the connection in use however long it lasts.
+        let held = proxy.send(&node, &call("os:admin"), empty()).await.unwrap();
+        tokio::time::advance(REMOTE_IDLE_REUSE * 3).await;
+        drop(proxy.send(&node, &call("os:admin"), empty()).await.unwrap());
+        assert_eq!(dialer.dials.load(Ordering::SeqCst), 1, "reused while a stream is open");
+        drop(held);
+        tokio::time::advance(REMOTE_IDLE_REUSE).await;
+        drop(proxy.send(&node, &call("os:admin"), empty()).await.unwrap());
+        assert_eq!(dialer.dials.load(Ordering::SeqCst), 2, "dialled again after being idle");
     }
 
     #[tokio::test(start_paused = true)]

@@ -17,14 +17,15 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tonic::transport::Channel;
-use tonic::transport::server::TcpConnectInfo;
 use tonic::{Request, Response, Status};
 
+use super::door::{Caps, Door};
 use crate::pki::tls::{ClientAuth, ServerTls};
 use crate::pki::{CertificateAuthority, CsrRequest, SanPolicy, SignError, issue::NODE_CERT_VALIDITY};
 use crate::proto::securityapi::{CertificateRequest, CertificateResponse, security_service_server as srv};
@@ -215,51 +216,17 @@ pub async fn run(runtime: PathBuf, listen: SocketAddr, cancel: CancellationToken
     }
 }
 
+/// trustd's door: the shared bounded accept loop (each request carries the peer's address,
+/// which the signer checks the CSR's IP SANs against).
 async fn accept(
     listener: tokio::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
     signer: Arc<Signer>,
     cancel: CancellationToken,
 ) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let service = srv::SecurityServiceServer::new(signer).max_decoding_message_size(1 << 20);
-    loop {
-        let (tcp, peer) = tokio::select! {
-            () = cancel.cancelled() => return,
-            a = listener.accept() => match a {
-                Ok(a) => a,
-                Err(e) => {
-                    // Out of descriptors and the like: say so, and do not spin.
-                    crate::kernel::console::log_line("trustd", &format!("accepting: {e}"));
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let acceptor = acceptor.clone();
-        // Each request learns the connection's addresses, as tonic's own server tells them.
-        let info = TcpConnectInfo { local_addr: tcp.local_addr().ok(), remote_addr: Some(peer) };
-        let service = service.clone();
-        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-            req.extensions_mut().insert(info.clone());
-            tower::Service::call(&mut service.clone(), req)
-        });
-        tokio::spawn(async move {
-            let stream = match tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    return crate::kernel::console::log_line(
-                        "trustd",
-                        &format!("TLS handshake with {peer} refused: {e}"),
-                    );
-                }
-                Err(_) => return,
-            };
-            let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+    let make = move |_: &rustls::ServerConnection, _: SocketAddr| TowerToHyperService::new(service.clone());
+    Door::new("trustd", Caps::DEFAULT).serve(listener, tls, make, cancel, TaskTracker::new()).await;
 }
 
 #[cfg(test)]

@@ -50,6 +50,11 @@ where
     F: FnOnce(tokio_util::sync::CancellationToken) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>>,
 {
+    // machined raised it already; a service started by hand raises its own, so the door's
+    // caps, not the descriptor limit, refuse connections.
+    if let Err(e) = crate::kernel::rlimit::raise_nofile() {
+        eprintln!("{name}: {e}");
+    }
     let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

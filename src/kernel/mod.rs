@@ -22,6 +22,7 @@ pub mod netlink;
 pub mod netns;
 pub mod power;
 pub mod procfs;
+pub mod rlimit;
 pub mod swap;
 pub mod udp;
 pub mod uevent;

@@ -184,6 +184,10 @@ pub fn run(mode: Mode, services: Vec<ServiceDefinition>) -> ExitCode {
     if mode == Mode::Node {
         become_pid1();
     }
+    // Before any service starts, so apid and trustd inherit it.
+    if let Err(e) = crate::kernel::rlimit::raise_nofile() {
+        console::line(&format!("machined: {e}"));
+    }
     let outcome = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("machined")

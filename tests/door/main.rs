@@ -9,6 +9,7 @@
 //! container 127.0.11.x, yaml 127.0.12.x.
 
 mod container;
+mod door;
 mod harness;
 mod proxy;
 mod streams;

@@ -177,9 +177,10 @@ async fn watch(channel: Channel, node: &'static str) -> Result<tonic::Streaming<
 }
 
 #[test]
-fn a_readers_watches_leave_room_for_an_admin() {
+fn a_readers_watches_leave_room_for_an_admin_and_another_reader() {
     let cluster = Cluster::up("proxy-watch", "127.0.6.5", &["127.0.6.6"]);
     let reader: CertAndKey = cluster.client(&[Role::Reader]);
+    let other_reader: CertAndKey = cluster.client(&[Role::Reader]);
     let admin = cluster.client(&[Role::Admin]);
     runtime().block_on(async {
         // Three connections of 100 streams each, so apid's own per-connection limit is not
@@ -193,6 +194,13 @@ fn a_readers_watches_leave_room_for_an_admin() {
 
         let as_admin = channel("127.0.6.5", 50000, &cluster.ca_pem, Some(&admin)).await;
         version_within(as_admin, &[("node", "127.0.6.6")], Duration::from_secs(2)).await;
+        // Another reader (a certificate of its own, the same role set) is not crowded out
+        // either: its watch starts at once, on the pool's connections.
+        let second = channel("127.0.6.5", 50000, &cluster.ca_pem, Some(&other_reader)).await;
+        let started = Instant::now();
+        let theirs = tokio::time::timeout(Duration::from_secs(2), watch(second, "127.0.6.6")).await;
+        assert!(matches!(theirs, Ok(Ok(_))), "another reader's watch: {theirs:?}");
+        println!("another reader's watch started in {:?}", started.elapsed());
 
         let (mut open, mut refused, mut pending) = (Vec::new(), 0, 0);
         for w in watches {
@@ -212,7 +220,8 @@ fn a_readers_watches_leave_room_for_an_admin() {
         }
         println!("300 reader watches via the control plane: {} open, {refused} refused, {pending} waiting", open.len());
         assert_eq!(pending, 0, "watches neither started nor refused");
-        assert!(!open.is_empty() && refused > 0);
+        assert_eq!(open.len(), talosbox::api::proxy::CALLS_PER_CALLER, "one caller's calls in flight to a node");
+        assert_eq!(refused, 300 - open.len());
         // The streams are live: each got its first event.
         let first = tokio::time::timeout(Duration::from_secs(10), open[0].message()).await;
         assert!(matches!(first, Ok(Ok(Some(_)))), "{first:?}");
