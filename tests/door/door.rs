@@ -384,6 +384,17 @@ fn print(what: &str, r: &Report) {
     );
 }
 
+/// Every attempt of the flood's slots, once they have all ended.
+fn gather(rt: &tokio::runtime::Runtime, handles: Vec<tokio::task::JoinHandle<Vec<Outcome>>>) -> Vec<Outcome> {
+    rt.block_on(async {
+        let mut all = Vec::new();
+        for h in handles {
+            all.extend(h.await.unwrap());
+        }
+        all
+    })
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
@@ -435,13 +446,7 @@ fn idle_connections_to_a_maintenance_node_are_capped_and_closed() {
     let fds_peak = fds_flood.max(open_fds(apid));
     flooding.store(false, Ordering::Relaxed);
 
-    let outcomes: Vec<Outcome> = rt.block_on(async {
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await.unwrap());
-        }
-        all
-    });
+    let outcomes = gather(&rt, handles);
     let r = report(&outcomes);
     let fds_after = (fds_settle(apid, fds_before.0 + 4, Duration::from_secs(10)), open_fds(machined));
     print("apid (maintenance)", &r);
@@ -480,13 +485,7 @@ fn idle_connections_to_trustd_do_not_block_enrolment() {
     let fds_peak = fds_flood.max(open_fds(trustd));
     flooding.store(false, Ordering::Relaxed);
 
-    let outcomes: Vec<Outcome> = rt.block_on(async {
-        let mut all = Vec::new();
-        for h in handles {
-            all.extend(h.await.unwrap());
-        }
-        all
-    });
+    let outcomes = gather(&rt, handles);
     let r = report(&outcomes);
     let fds_after = fds_settle(trustd, fds_before + 4, Duration::from_secs(10));
     print("trustd", &r);
